@@ -1,0 +1,196 @@
+"""Transformer element-wise ops: RMSNorm, RoPE, GELU/SiLU gating, flash attention over an f16 KV cache.
+
+Each op writes into arrays the caller owns and follows ggml-cpu's arithmetic where it shapes the
+result (f64 norm sums, iterated f32 RoPE angles, the f16 GELU table, f16 KV cache and the f16
+attention accumulator of ggml's one-chunk flash attention), so greedy tokens match llama.cpp.
+The plain numpy references sit in `ops_ref.py`.
+"""
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .fp16 import f16_bits_to_f32, f32_to_f16_bits, round_f16
+
+ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
+ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
+
+# ggml's tiled flash attention (f32 throughout) serves batches of at least this many queries;
+# smaller batches and decode take the one-chunk path with its f16 accumulator.
+FA_TILE_Q = 64
+
+
+@njit(cache=True, boundscheck=False)
+def rms_norm(x, w, eps, out):
+    """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (T, n); w: (n,)."""
+    T, n = x.shape
+    for t in range(T):
+        s = 0.0
+        for i in range(n):
+            v = x[t, i] * x[t, i]
+            s += np.float64(v)
+        mean = np.float32(s / n)
+        scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+        for i in range(n):
+            out[t, i] = (x[t, i] * scale) * w[i]
+
+
+@njit(cache=True, boundscheck=False)
+def rms_norm_heads(x, w, eps, n_heads, head_dim):
+    """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm)."""
+    T = x.shape[0]
+    for t in range(T):
+        for h in range(n_heads):
+            base = h * head_dim
+            s = 0.0
+            for i in range(head_dim):
+                v = x[t, base + i] * x[t, base + i]
+                s += np.float64(v)
+            mean = np.float32(s / head_dim)
+            scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+            for i in range(head_dim):
+                x[t, base + i] = (x[t, base + i] * scale) * w[i]
+
+
+@njit(cache=True, boundscheck=False)
+def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
+    """Rotate the first n_rot dims of every head of x (T, n_heads*head_dim) in place.
+
+    Angles are iterated in f32 (theta *= theta_scale) as ggml's rope cache does, not powed.
+    """
+    T = x.shape[0]
+    half = n_rot // 2
+    cos_t = np.empty(half, np.float32)
+    sin_t = np.empty(half, np.float32)
+    theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_rot)
+    for t in range(T):
+        theta = np.float32(positions[t])
+        for i in range(half):
+            cos_t[i] = math.cos(theta)
+            sin_t[i] = math.sin(theta)
+            theta = np.float32(theta * theta_scale)
+        for h in range(n_heads):
+            base = h * head_dim
+            for i in range(half):
+                if mode == ROPE_NEOX:
+                    a = base + i
+                    b = base + i + half
+                else:
+                    a = base + 2 * i
+                    b = a + 1
+                x0 = x[t, a]
+                x1 = x[t, b]
+                x[t, a] = x0 * cos_t[i] - x1 * sin_t[i]
+                x[t, b] = x0 * sin_t[i] + x1 * cos_t[i]
+
+
+def gelu_table():
+    """ggml's GELU lookup: tanh-GELU of every half value, rounded to half (as float32)."""
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    with np.errstate(all="ignore"):
+        inner = np.float32(0.79788456080286535587989211986876) * x * (
+            np.float32(1.0) + np.float32(0.044715) * x * x)
+        g = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+    return g.astype(np.float16).astype(np.float32)
+
+
+@njit(cache=True, boundscheck=False)
+def geglu(gate, up, table, out):
+    """out = gelu(gate) * up, gelu through the f16 table (ggml_vec_geglu_f32). (T, n)."""
+    T, n = gate.shape
+    for t in range(T):
+        for i in range(n):
+            g = gate[t, i]
+            if g <= np.float32(-10.0):
+                out[t, i] = np.float32(0.0)
+            elif g >= np.float32(10.0):
+                out[t, i] = g * up[t, i]
+            else:
+                out[t, i] = table[f32_to_f16_bits(g)] * up[t, i]
+
+
+@njit(cache=True, boundscheck=False)
+def swiglu(gate, up, out):
+    """out = silu(gate) * up. (T, n)."""
+    T, n = gate.shape
+    for t in range(T):
+        for i in range(n):
+            g = gate[t, i]
+            out[t, i] = (g / (np.float32(1.0) + np.float32(math.exp(-g)))) * up[t, i]
+
+
+@njit(cache=True, boundscheck=False)
+def store_kv(src, cache, pos0):
+    """Round rows of src (T, n) to f16 into cache rows pos0.. (cache: (n_ctx, n) uint16)."""
+    T, n = src.shape
+    for t in range(T):
+        for i in range(n):
+            cache[pos0 + t, i] = f32_to_f16_bits(src[t, i])
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _kq(q16, kcache, j, koff, head_dim):
+    s = np.float32(0.0)
+    for d in range(head_dim):
+        s += q16[d] * f16_bits_to_f32(kcache[j, koff + d])
+    return s
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+              scale, softcap, n_swa, out):
+    """Causal flash attention of T queries at positions pos0.. over the f16 cache.
+
+    q: (T, n_head*head_dim) f32; kcache: (n_ctx, n_head_kv*head_dim) u16;
+    vcache: (n_ctx, n_head_kv*head_dim_v) u16; out: (T, n_head*head_dim_v).
+    n_swa > 0 masks keys at distance >= n_swa (sliding window). Batches below FA_TILE_Q queries
+    accumulate V in f16 with an online softmax over single keys, larger ones in f32, as ggml.
+    """
+    T = q.shape[0]
+    group = n_head // n_head_kv
+    f16_acc = T < FA_TILE_Q
+    if softcap != 0.0:
+        scale = scale / softcap
+    for job in prange(T * n_head):
+        t = job // n_head
+        h = job % n_head
+        p = pos0 + t
+        koff = (h // group) * head_dim
+        voff = (h // group) * head_dim_v
+        lo = 0
+        if n_swa > 0 and p - n_swa + 1 > 0:
+            lo = p - n_swa + 1
+        qv = np.empty(head_dim, np.float32)
+        acc = np.zeros(head_dim_v, np.float32)
+        for d in range(head_dim):
+            qv[d] = round_f16(q[t, h * head_dim + d]) if f16_acc else q[t, h * head_dim + d]
+        M = -np.inf
+        S = np.float32(0.0)
+        for j in range(lo, p + 1):
+            s = _kq(qv, kcache, j, koff, head_dim) * np.float32(scale)
+            if softcap != 0.0:
+                s = np.float32(softcap) * np.float32(math.tanh(s))
+            ms = np.float32(1.0)
+            vs = np.float32(1.0)
+            if s > M:
+                ms = np.float32(math.exp(M - s)) if M != -np.inf else np.float32(0.0)
+                M = s
+                if f16_acc:
+                    for d in range(head_dim_v):
+                        acc[d] = round_f16(acc[d] * ms)
+                else:
+                    for d in range(head_dim_v):
+                        acc[d] = acc[d] * ms
+            else:
+                vs = np.float32(math.exp(s - M))
+            if f16_acc:
+                for d in range(head_dim_v):
+                    v = np.float64(f16_bits_to_f32(vcache[j, voff + d]))
+                    acc[d] = round_f16(np.float32(v * vs + acc[d]))
+            else:
+                for d in range(head_dim_v):
+                    acc[d] += f16_bits_to_f32(vcache[j, voff + d]) * vs
+            S = S * ms + vs
+        inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
+        for d in range(head_dim_v):
+            out[t, h * head_dim_v + d] = acc[d] * inv
