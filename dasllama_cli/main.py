@@ -1,7 +1,13 @@
-"""The `dasllama` command group."""
+"""The `dasllama` command group: one engine, single-purpose subcommands."""
 import click
 
+from .generate import generate_cmd
 
-@click.group()
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dasllama")
 def cli():
-    """Run local AI models on the CPU."""
+    """Run local AI models on the CPU from stock GGUF files."""
+
+
+cli.add_command(generate_cmd, "generate")

@@ -1,0 +1,15 @@
+"""Model families, picked by the GGUF `general.architecture` through a small registry."""
+from . import gemma3, llama, qwen2, qwen3
+from .base import UnsupportedModel
+
+FAMILIES = {m.ARCH: m for m in (llama, qwen2, qwen3, gemma3)}
+ALIASES = {alias: m for m in FAMILIES.values() for alias in m.ALIASES}
+
+
+def family(arch):
+    """The family module for an architecture name, or UnsupportedModel listing what is."""
+    found = FAMILIES.get(arch) or ALIASES.get(arch)
+    if found is None:
+        known = ", ".join(sorted(FAMILIES) + sorted(ALIASES))
+        raise UnsupportedModel(f"architecture '{arch}' is not supported; dasllama runs: {known}.")
+    return found

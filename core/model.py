@@ -1,0 +1,138 @@
+"""A loaded model: GGUF file, tokenizer, family tables, KV cache, and the prefill/decode verbs."""
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dasllama.formats.gguf import open_gguf
+from dasllama.kernels import ops
+from dasllama.kernels.matmul import SUPPORTED_QTYPES
+
+from . import forward as fw
+from .models import family
+from .models.base import build_tables
+from .tokenizer import Tokenizer
+
+DEFAULT_N_CTX = 4096
+DEFAULT_N_BATCH = 512
+
+
+class ContextFull(ValueError):
+    """The prompt (plus what is asked for) does not fit the context window; one sentence."""
+
+
+@dataclass
+class Timings:
+    load_s: float = 0.0
+    prompt_tokens: int = 0
+    prompt_s: float = 0.0
+    gen_tokens: int = 0
+    gen_s: float = 0.0
+
+    @property
+    def prompt_tps(self):
+        return self.prompt_tokens / self.prompt_s if self.prompt_s else 0.0
+
+    @property
+    def gen_tps(self):
+        return self.gen_tokens / self.gen_s if self.gen_s else 0.0
+
+
+def set_threads(n_threads):
+    """Size numba's pool (and keep OpenBLAS to the same count, so the two never oversubscribe)."""
+    import numba
+    n = max(1, min(int(n_threads or os.cpu_count() or 1), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    return n
+
+
+class Model:
+    """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
+
+    def __init__(self, path, n_ctx=DEFAULT_N_CTX, n_threads=None, n_batch=DEFAULT_N_BATCH):
+        t0 = time.perf_counter()
+        self.path = os.fspath(path)
+        self.gguf = open_gguf(self.path)
+        self.family = family(self.gguf.architecture)
+        self.hparams, self.flags = self.family.describe(self.gguf)
+        self.tables = build_tables(self.gguf, self.hparams, self.flags, SUPPORTED_QTYPES)
+        self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
+        self.n_vocab = int(self.tables.hp[fw.H_N_VOCAB])
+        self.n_ctx = int(n_ctx) if n_ctx else min(self.hparams.n_ctx_train, DEFAULT_N_CTX)
+        self.n_batch = int(n_batch)
+        self.n_threads = set_threads(n_threads)
+        self._alloc()
+        self.gelu_tab = ops.gelu_table()
+        self.n_past = 0
+        self.history = []
+        self.timings = Timings(load_s=time.perf_counter() - t0)
+
+    def _alloc(self):
+        hp = self.hparams
+        B = self.n_batch
+        kv_dim = hp.n_head_kv * hp.head_dim
+        kv_dim_v = hp.n_head_kv * hp.head_dim_v
+        self.kcache = np.zeros((hp.n_layer, self.n_ctx, kv_dim), np.uint16)
+        self.vcache = np.zeros((hp.n_layer, self.n_ctx, kv_dim_v), np.uint16)
+        wide = max(2 * hp.n_ff, hp.n_head * hp.head_dim + hp.n_head_kv * (hp.head_dim + hp.head_dim_v))
+        widths = (hp.n_embd, hp.n_embd, hp.n_head * hp.head_dim, kv_dim, kv_dim_v,
+                  hp.n_head * hp.head_dim_v, hp.n_embd, wide, hp.n_ff, wide)
+        self.scratch = tuple(np.zeros(B * w, np.float32) for w in widths)
+        cmax = max(hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v, 256)
+        self.acts = (np.zeros(B * cmax, np.int8), np.zeros(B * cmax // 32 + 1, np.float32),
+                     np.zeros(B * cmax // 16 + 1, np.float32), np.zeros(B * cmax, np.float32))
+        self.logits = np.zeros((B, self.n_vocab), np.float32)
+        self._no_trace = np.zeros((0, 0, 0, 0), np.float32)
+
+    # -- the verbs -----------------------------------------------------------------------------
+
+    def reset(self):
+        self.n_past = 0
+        self.history = []
+
+    def check_fits(self, n_tokens):
+        if self.n_past + n_tokens > self.n_ctx:
+            raise ContextFull(
+                f"{self.n_past + n_tokens} tokens do not fit the context of {self.n_ctx}: "
+                f"shorten the prompt or raise -c (the model was trained on {self.hparams.n_ctx_train}).")
+
+    def eval(self, ids, all_logits=False, trace=None):
+        """Feed token ids at the current position; return logits of the last one (or all)."""
+        ids = np.asarray(ids, np.int64)
+        if ids.size == 0:
+            raise ValueError("nothing to evaluate: the token list is empty.")
+        if ids.min() < 0 or ids.max() >= self.n_vocab:
+            raise ValueError(f"token id out of range for a vocabulary of {self.n_vocab}.")
+        self.check_fits(ids.size)
+        outs = []
+        for start in range(0, ids.size, self.n_batch):
+            chunk = ids[start:start + self.n_batch]
+            n_out = chunk.size if all_logits else 1
+            tr = self._no_trace if trace is None else trace
+            self._forward(chunk, n_out, tr)
+            outs.append(self.logits[:n_out].copy())
+        self.history.extend(int(i) for i in ids)
+        return np.concatenate(outs) if all_logits else outs[-1][0]
+
+    def _forward(self, chunk, n_out, trace):
+        t = self.tables
+        fw.forward(chunk, self.n_past, self.gguf.data, t.wtab, t.fbuf, t.ftab, t.hp, t.hpf,
+                   t.layer_swa, t.layer_freq_base, self.kcache, self.vcache, self.scratch,
+                   self.acts, self.gelu_tab, n_out, self.logits, trace)
+        self.n_past += chunk.size
+
+    def new_trace(self, n_tokens):
+        """A zeroed trace array for `eval(..., trace=)`: (names, layers, tokens, width)."""
+        hp = self.hparams
+        width = max(hp.n_embd, hp.n_head * max(hp.head_dim, hp.head_dim_v))
+        return np.zeros((len(fw.TRACE_NAMES), hp.n_layer, n_tokens, width), np.float32)
+
+    def trace_tensors(self, trace):
+        """Named views of a filled trace: {"attn_norm-0": (T, width) array, ...}."""
+        hp = self.hparams
+        widths = {"attn_norm": hp.n_embd, "Qcur": hp.n_head * hp.head_dim,
+                  "Kcur": hp.n_head_kv * hp.head_dim, "Vcur": hp.n_head_kv * hp.head_dim_v,
+                  "kqv_out": hp.n_head * hp.head_dim_v}
+        return {f"{name}-{il}": trace[i, il, :, :widths.get(name, hp.n_embd)]
+                for i, name in enumerate(fw.TRACE_NAMES) for il in range(hp.n_layer)}

@@ -1,0 +1,85 @@
+"""`dasllama generate`: text from a GGUF LLM, streamed to stdout."""
+import json
+import sys
+
+import click
+
+from dasllama.core import SamplerParams, generate, load, prompt_ids
+
+from .errors import user_errors
+
+
+def read_prompt(prompt_arg, prompt_opt, file):
+    """The prompt from the argument, -p, -f FILE (or -f - for stdin), or piped stdin."""
+    given = [p for p in (prompt_arg, prompt_opt) if p is not None]
+    if file is not None:
+        given.append(file.read())
+    if len(given) > 1:
+        raise click.UsageError("give the prompt once: as an argument, with -p, or with -f.")
+    if given:
+        return given[0]
+    stdin = click.get_text_stream("stdin")
+    if not stdin.isatty():
+        return stdin.read()
+    raise click.UsageError("no prompt: pass it as an argument, with -p TEXT, -f FILE, or on stdin.")
+
+
+@click.command()
+@click.argument("prompt_arg", metavar="[PROMPT]", required=False)
+@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
+              help="GGUF model file (default: the installed default model, Gemma 3 270M).")
+@click.option("-p", "--prompt", "prompt_opt", help="Prompt text.")
+@click.option("-f", "--file", type=click.File("r", encoding="utf-8"), help="Read the prompt from a file ('-' for stdin).")
+@click.option("-n", "--n-predict", default=128, show_default=True, help="Tokens to generate (-1: until end of text or full context).")
+@click.option("-c", "--ctx-size", default=4096, show_default=True, help="Context size in tokens (0: the model's training context).")
+@click.option("-t", "--threads", type=int, default=None, help="Threads (default: all cores).")
+@click.option("-b", "--batch-size", default=512, show_default=True, help="Prompt tokens per forward pass.")
+@click.option("--temp", default=0.8, show_default=True, help="Temperature; 0 is greedy.")
+@click.option("--top-k", default=40, show_default=True)
+@click.option("--top-p", default=0.95, show_default=True)
+@click.option("--min-p", default=0.05, show_default=True)
+@click.option("--repeat-penalty", default=1.0, show_default=True)
+@click.option("--repeat-last-n", default=64, show_default=True)
+@click.option("-s", "--seed", type=int, default=-1, show_default=True, help="RNG seed (-1: random).")
+@click.option("--chat", is_flag=True, help="Render the prompt through the model's chat template.")
+@click.option("-sys", "--system-prompt", help="System message for --chat.")
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-text tokens.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON record (text, token ids, timings) instead of streaming.")
+@click.option("-q", "--quiet", is_flag=True, help="No timing line on stderr.")
+def generate_cmd(prompt_arg, model_path, prompt_opt, file, n_predict, ctx_size, threads, batch_size,
+                 temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, chat,
+                 system_prompt, ignore_eos, as_json, quiet):
+    """Generate text from PROMPT with a GGUF model, streaming it to stdout."""
+    prompt = read_prompt(prompt_arg, prompt_opt, file)
+    if system_prompt and not chat:
+        raise click.UsageError("-sys/--system-prompt needs --chat.")
+    params = SamplerParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p,
+                           repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                           seed=None if seed < 0 else seed)
+    with user_errors():
+        model = load(model_path, n_ctx=ctx_size or None, n_threads=threads, n_batch=batch_size)
+        ids = prompt_ids(model, prompt, chat=chat, system=system_prompt)
+        out = click.get_text_stream("stdout")
+        pieces, token_ids = [], []
+        for token in generate(model, ids, n_predict, params, ignore_eos=ignore_eos):
+            if token.id >= 0:
+                token_ids.append(token.id)
+            pieces.append(token.text)
+            if not as_json and token.text:
+                out.write(token.text)
+                out.flush()
+    t = model.timings
+    if as_json:
+        record = {"model": model.path, "prompt_tokens": list(map(int, ids)), "tokens": token_ids,
+                  "text": "".join(pieces),
+                  "timings": {"load_s": t.load_s, "prompt_n": t.prompt_tokens, "prompt_s": t.prompt_s,
+                              "prompt_tps": t.prompt_tps, "gen_n": t.gen_tokens, "gen_s": t.gen_s,
+                              "gen_tps": t.gen_tps}}
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        out.write("\n")
+    if not quiet:
+        click.echo(f"load {t.load_s:.2f} s | prompt {t.prompt_tokens} tok, {t.prompt_tps:.1f} tok/s"
+                   f" | gen {t.gen_tokens} tok, {t.gen_tps:.1f} tok/s | {model.n_threads} threads",
+                   err=True)
+    sys.stdout.flush()
