@@ -7,7 +7,7 @@ import numpy as np
 
 from dasllama.formats.gguf import open_gguf
 from dasllama.kernels import ops
-from dasllama.kernels.matmul import SUPPORTED_QTYPES
+from dasllama.kernels.quants import SUPPORTED as SUPPORTED_QTYPES
 
 from . import forward as fw
 from .models import family
