@@ -201,6 +201,7 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
     cap = hpf[HF_FINAL_SOFTCAP]
     if cap != 0.0:
         c = np.float32(cap)
+        inv = np.float32(1.0) / c     # ggml_scale by 1/cap, tanh, scale by cap
         for t in range(n_out):
             for i in range(n_vocab):
-                out[t, i] = np.float32(np.tanh(out[t, i] / c)) * c
+                out[t, i] = np.float32(np.tanh(out[t, i] * inv)) * c

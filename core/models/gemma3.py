@@ -11,7 +11,7 @@ SWA_PATTERN = 6
 
 
 def describe(g):
-    hp = Hparams.from_gguf(g, swa_pattern=SWA_PATTERN, final_softcap=0.0)
+    hp = Hparams.from_gguf(g, swa_pattern=SWA_PATTERN)
     # gemma_pytorch: queries scaled by query_pre_attn_scalar**-0.5 (= head_dim but for 27B)
     q_scale = (1.0 / math.sqrt(hp.n_embd / hp.n_head) if hp.n_layer == 62
                else 1.0 / math.sqrt(hp.head_dim))
