@@ -2,14 +2,35 @@
 
 Importing this package points numba's on-disk cache at dasllama's own cache dir, so compiled
 kernels survive between runs (cold compile is seconds per kernel) without littering
-`__pycache__` in site-packages.
+`__pycache__` in site-packages. numba invalidates a cached function only when its own source
+file changes, not when a kernel it calls does; so the cache lives in a folder named after a
+hash of every compiled source file (kernels/ and core/forward.py, the compiled decode step),
+and an edited or upgraded kernel never runs stale code.
 """
+import hashlib
+import importlib.util
 import os
+from pathlib import Path
 
 import platformdirs
 
 CACHE_DIR = os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama")
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba"))
+
+
+def _source_hash():
+    h = hashlib.sha256()
+    files = sorted(Path(__file__).parent.glob("*.py"))
+    core = importlib.util.find_spec("dasllama.core")
+    if core is not None and core.submodule_search_locations:
+        files += [Path(p) / "forward.py" for p in core.submodule_search_locations]
+    for f in files:
+        if f.exists():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba", _source_hash()))
 
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
 
