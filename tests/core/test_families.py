@@ -10,7 +10,7 @@ from tests.gguf_factory import ARCHES
 from tests.parity import compare_greedy
 
 N_PREDICT = 16
-NEAR_TIE = 0.02
+NEAR_TIE = 0.1     # random weights give flat logits; see tests/core/test_parity.py
 PROMPT = "Hello world, this is a test"
 
 

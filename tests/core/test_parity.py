@@ -7,7 +7,10 @@ from tests import assets
 from tests.parity import compare_greedy
 
 N_PREDICT = 64
-NEAR_TIE = 0.05          # logits; divergences seen between llama.cpp builds sit well below
+# Logits of the two engines differ by up to ~0.2 on these models: llama.cpp's SIMD and tiled
+# GEMMs sum in other orders, and Gemma's f16 GELU table and f16 attention accumulator turn
+# 1e-7 differences into whole f16 ulps. A wrong kernel or graph moves logits by whole units.
+NEAR_TIE = 0.25
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "Water boils at 100 degrees Celsius because"]
 
