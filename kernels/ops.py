@@ -144,19 +144,31 @@ def _kq(q16, kcache, j, koff, head_dim):
     return s
 
 
-@njit(cache=True, parallel=True, boundscheck=False)
+@njit(cache=True, boundscheck=False)
 def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
               scale, softcap, n_swa, out):
     """Causal flash attention of T queries at positions pos0.. over the f16 cache.
 
     q: (T, n_head*head_dim) f32; kcache: (n_ctx, n_head_kv*head_dim) u16;
     vcache: (n_ctx, n_head_kv*head_dim_v) u16; out: (T, n_head*head_dim_v).
-    n_swa > 0 masks keys at distance >= n_swa (sliding window). Batches below FA_TILE_Q queries
-    accumulate V in f16 with an online softmax over single keys, larger ones in f32, as ggml.
+    n_swa > 0 masks keys at distance >= n_swa (sliding window). As in ggml, batches below
+    FA_TILE_Q queries take the one-chunk path (f16 queries, V accumulated in f16), larger
+    ones the tiled path (f32 throughout, here as batched matrix work).
     """
+    if q.shape[0] < FA_TILE_Q:
+        attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                            scale, softcap, n_swa, out)
+    else:
+        attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                        scale, softcap, n_swa, out)
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                        scale, softcap, n_swa, out):
+    """ggml's one-chunk flash attention: online softmax key by key, f16 accumulator."""
     T = q.shape[0]
     group = n_head // n_head_kv
-    f16_acc = T < FA_TILE_Q
     if softcap != 0.0:
         scale = scale / softcap
     for job in prange(T * n_head):
@@ -171,8 +183,8 @@ def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
         qv = np.empty(head_dim, np.float32)
         acc = np.zeros(head_dim_v, np.float32)
         for d in range(head_dim):
-            qv[d] = round_f16(q[t, h * head_dim + d]) if f16_acc else q[t, h * head_dim + d]
-        M = -np.inf
+            qv[d] = round_f16(q[t, h * head_dim + d])
+        M = np.float32(-np.inf)
         S = np.float32(0.0)
         for j in range(lo, p + 1):
             s = _kq(qv, kcache, j, koff, head_dim) * np.float32(scale)
@@ -181,24 +193,83 @@ def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
             ms = np.float32(1.0)
             vs = np.float32(1.0)
             if s > M:
-                ms = np.float32(math.exp(M - s)) if M != -np.inf else np.float32(0.0)
+                ms = np.float32(math.exp(M - s))
                 M = s
-                if f16_acc:
-                    for d in range(head_dim_v):
-                        acc[d] = round_f16(acc[d] * ms)
-                else:
-                    for d in range(head_dim_v):
-                        acc[d] = acc[d] * ms
+                for d in range(head_dim_v):
+                    acc[d] = round_f16(acc[d] * ms)
             else:
                 vs = np.float32(math.exp(s - M))
-            if f16_acc:
-                for d in range(head_dim_v):
-                    v = np.float64(f16_bits_to_f32(vcache[j, voff + d]))
-                    acc[d] = round_f16(np.float32(v * vs + acc[d]))
-            else:
-                for d in range(head_dim_v):
-                    acc[d] += f16_bits_to_f32(vcache[j, voff + d]) * vs
+            for d in range(head_dim_v):
+                v = np.float64(f16_bits_to_f32(vcache[j, voff + d]))
+                acc[d] = round_f16(np.float32(v * vs + acc[d]))
             S = S * ms + vs
         inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
         for d in range(head_dim_v):
             out[t, h * head_dim_v + d] = acc[d] * inv
+
+
+@njit(cache=True, boundscheck=False)
+def _cache_to_f32(cache, n, off, width, dst):
+    for j in range(n):
+        for d in range(width):
+            dst[j, d] = f16_bits_to_f32(cache[j, off + d])
+
+
+TILE_Q = 16
+
+
+@njit(cache=True, parallel=True, fastmath=True, boundscheck=False)
+def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                    scale, softcap, n_swa, out):
+    """f32 attention for large batches: keys and values of a kv-head converted once, scores
+    of TILE_Q queries against all their keys as vectorised dot products, exact softmax."""
+    T = q.shape[0]
+    n_kv = pos0 + T
+    group = n_head // n_head_kv
+    kf = np.empty((n_head_kv, n_kv, head_dim), np.float32)
+    vf = np.empty((n_head_kv, n_kv, head_dim_v), np.float32)
+    for g in prange(n_head_kv):
+        _cache_to_f32(kcache, n_kv, g * head_dim, head_dim, kf[g])
+        _cache_to_f32(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
+    n_tiles = (T + TILE_Q - 1) // TILE_Q
+    for job in prange(n_head * n_tiles):
+        h = job // n_tiles
+        t0 = (job % n_tiles) * TILE_Q
+        t1 = min(T, t0 + TILE_Q)
+        g = h // group
+        kg = kf[g]
+        vg = vf[g]
+        scores = np.empty(n_kv, np.float32)
+        acc = np.empty(head_dim_v, np.float32)
+        for t in range(t0, t1):
+            p = pos0 + t
+            lo = 0
+            if n_swa > 0 and p - n_swa + 1 > 0:
+                lo = p - n_swa + 1
+            qrow = q[t, h * head_dim:(h + 1) * head_dim]
+            M = np.float32(-np.inf)
+            for j in range(lo, p + 1):
+                krow = kg[j]
+                s = np.float32(0.0)
+                for d in range(head_dim):
+                    s += qrow[d] * krow[d]
+                s *= np.float32(scale)
+                if softcap != 0.0:
+                    s = np.float32(softcap) * np.float32(math.tanh(s / np.float32(softcap)))
+                scores[j] = s
+                if s > M:
+                    M = s
+            S = np.float32(0.0)
+            for j in range(lo, p + 1):
+                e = np.float32(math.exp(scores[j] - M))
+                scores[j] = e
+                S += e
+            acc[:] = 0.0
+            for j in range(lo, p + 1):
+                w = scores[j]
+                vrow = vg[j]
+                for d in range(head_dim_v):
+                    acc[d] += w * vrow[d]
+            inv = np.float32(1.0) / S
+            for d in range(head_dim_v):
+                out[t, h * head_dim_v + d] = acc[d] * inv

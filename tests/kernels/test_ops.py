@@ -66,6 +66,8 @@ def test_swiglu():
     (70, 3, 0, 0.0),        # tiled prefill: f32 accumulator
     (9, 20, 8, 0.0),        # sliding window
     (5, 10, 0, 50.0),       # logit softcap (gemma2)
+    (70, 2, 0, 50.0),       # tiled with softcap
+    (80, 0, 30, 0.0),       # tiled with a sliding window
 ])
 def test_attention(T, pos0, n_swa, softcap):
     n_head, n_head_kv, hd = 4, 2, 64
