@@ -1,0 +1,129 @@
+"""Activation quantisers: each row of x into the format the weight's integer dot wants.
+
+ggml quantises activations once per row to the weight type's vec_dot_type; the kind ids here
+are those ggml type ids (Q8_0=8, Q8_1=9, Q8_K=15, F32=0, F16=1, BF16=30). Rounding follows
+the x86 build of llama.cpp 0c1e570: quantize_row_q8_0/q8_1 multiply by 127/amax and round to
+nearest even (`_mm256_round_ps`); q8_K is the reference (iscale = -127/max of the signed
+extreme, nearest_int, clamp at 127).
+
+The caller owns the buffers (T = tokens, C = features):
+    xq int8 (T, C)         quants
+    xd f32  (T, C // 32)   Q8_0/Q8_1: block scale (f16-rounded); Q8_K: xd[t, i] super-block scale
+    xa f32  (T, C // 16)   Q8_1: xa[t, i] = f16(d * sum q) per block; Q8_K: bsums per 16
+    xf f32  (T, C)         float weights: x rounded to f16 / bf16, or copied for F32
+"""
+import numpy as np
+from numba import njit
+
+from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16
+from .quants import BF16, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+
+ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K = F32, F16, BF16, Q8_0, 9, 15
+
+
+@njit(**JIT)
+def act_kind(qtype):
+    """The activation format (ggml vec_dot_type id) that weights of `qtype` multiply with."""
+    if qtype == Q4_0 or qtype == Q5_0 or qtype == Q8_0:
+        return ACT_Q8_0
+    if qtype == Q4_1 or qtype == Q5_1:
+        return ACT_Q8_1
+    if qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K:
+        return ACT_Q8_K
+    if qtype == F16:
+        return ACT_F16
+    if qtype == BF16:
+        return ACT_BF16
+    if qtype == F32:
+        return ACT_F32
+    return -1
+
+
+def act_buffers(n_tokens, n_cols):
+    """Fresh (xq, xd, xa, xf) for up to n_tokens rows of n_cols features."""
+    return (np.zeros((n_tokens, n_cols), np.int8), np.zeros((n_tokens, n_cols // 32), np.float32),
+            np.zeros((n_tokens, n_cols // 16), np.float32), np.zeros((n_tokens, n_cols), np.float32))
+
+
+@njit(**JIT, inline="always")
+def _round_f16(x):
+    return f16_to_f32(f32_to_f16(x))
+
+
+@njit(**JIT, inline="always")
+def _round_bf16(x):
+    """ggml_compute_fp32_to_bf16: nearest even, NaN kept quiet."""
+    u = f32_bits(x)
+    if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return bits_f32((u & np.uint32(0xFFFF0000)) | np.uint32(64 << 16))
+    u = (u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
+    return bits_f32(u << np.uint32(16))
+
+
+@njit(**JIT)
+def quantize_row_q8_0(x, xq, xd, xa, with_sums):
+    """One row: x (C,) f32 -> xq (C,) int8, xd (C//32,) and, for Q8_1, xa (C//32,) sums."""
+    for b in range(x.shape[0] // 32):
+        o = 32 * b
+        amax = np.float32(0)
+        for e in range(32):
+            amax = max(amax, abs(x[o + e]))
+        d = amax / np.float32(127)
+        inv = np.float32(127) / amax if amax != 0 else np.float32(0)
+        total = 0
+        for e in range(32):
+            q = np.rint(x[o + e] * inv)  # at most 127 in magnitude: amax * (127/amax) rounds there
+            xq[o + e] = np.int8(q)
+            total += np.int32(q)
+        xd[b] = _round_f16(d)
+        if with_sums:
+            xa[b] = _round_f16(d * np.float32(total))
+
+
+@njit(**JIT)
+def quantize_row_q8_k(x, xq, xd, xa):
+    """One row: x (C,) f32 -> xq (C,) int8, xd (C//256,) scales, xa (C//16,) bsums."""
+    for b in range(x.shape[0] // 256):
+        o = 256 * b
+        amax = np.float32(0)
+        vmax = np.float32(0)
+        for e in range(256):
+            ax = abs(x[o + e])
+            if ax > amax:
+                amax = ax
+                vmax = x[o + e]
+        if amax == 0:
+            xd[b] = 0
+            for e in range(256):
+                xq[o + e] = 0
+            for g in range(16):
+                xa[16 * b + g] = 0
+            continue
+        iscale = np.float32(-127) / vmax
+        for g in range(16):
+            total = 0
+            for e in range(o + 16 * g, o + 16 * g + 16):
+                q = min(np.int32(np.rint(iscale * x[e])), 127)
+                xq[e] = np.int8(q)
+                total += q
+            xa[16 * b + g] = np.float32(total)
+        xd[b] = np.float32(1) / iscale
+
+
+@njit(**JIT)
+def quantize_act(kind, x, xq, xd, xa, xf):
+    """Fill the buffers of `kind` from x (T, C) f32, for the first T rows."""
+    for t in range(x.shape[0]):
+        if kind == ACT_Q8_0 or kind == ACT_Q8_1:
+            quantize_row_q8_0(x[t], xq[t], xd[t], xa[t], kind == ACT_Q8_1)
+        elif kind == ACT_Q8_K:
+            quantize_row_q8_k(x[t], xq[t], xd[t], xa[t])
+        elif kind == ACT_F16:
+            for e in range(x.shape[1]):
+                xf[t, e] = _round_f16(x[t, e])
+        elif kind == ACT_BF16:
+            for e in range(x.shape[1]):
+                xf[t, e] = _round_bf16(x[t, e])
+        else:
+            for e in range(x.shape[1]):
+                xf[t, e] = x[t, e]

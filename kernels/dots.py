@@ -1,0 +1,207 @@
+"""Plain-loop row dots: one weight row against one quantised activation row, as ggml folds it.
+
+Every integer sum is exact, so what decides the float result is how ggml folds the block
+sums into floats. On x86 (AVX2 and up) llama.cpp 0c1e570 does one of three things:
+
+* LANES8 (vec_dot for Q8_0, Q5_0, Q4_1, Q5_1, Q3_K, Q5_K, Q6_K): the int products of each
+  32-element group go into 8 int32 lanes, lane l holding elements 4l..4l+3 (pmaddubsw +
+  pmaddwd); per block `acc8 = fma(d, float(lanes), acc8)`; at the end `hsum8(acc8)` in the
+  order of hsum_float_8, plus a scalar fma-accumulated min term for Q4_1/Q5_1/Q5_K.
+* SCALAR (the repacked 8-row gemv for Q4_0, Q4_K and, with AVX-512, Q2_K): per block one
+  int32 sum, `acc = fma(float(isum), dw*dx, acc)`, mins in a second accumulator subtracted
+  at the end.
+* FLOAT (F32/F16/BF16): 4 accumulators x 16 lanes of fma over steps of 64, pairwise
+  reduced, then the tail summed in double (the AVX-512 ggml_vec_dot_f16).
+
+These are the references the fast kernels are tested against, bit for bit.
+"""
+import numpy as np
+from numba import njit
+
+from .ir import fma_f32
+from .quants import (BF16, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
+                     Q8_0, BLOCK_BYTES, f16_at, q_q2_k, q_q3_k, q_q4_0, q_q4_1, q_q4_k, q_q5_0,
+                     q_q5_1, q_q5_k, q_q6_k, q_q8_0, scale_min_k4, scale_q3_k, _bf16_at, _f32_at)
+
+FOLD_LANES8, FOLD_SCALAR, FOLD_FLOAT = 0, 1, 2
+
+
+@njit(**JIT)
+def fold_of(qtype):
+    if qtype == Q4_0 or qtype == Q4_K or qtype == Q2_K:
+        return FOLD_SCALAR
+    if qtype == F32 or qtype == F16 or qtype == BF16:
+        return FOLD_FLOAT
+    return FOLD_LANES8
+
+
+@njit(**JIT, inline="always")
+def hsum8(a):
+    """hsum_float_8: (a0+a4 + a2+a6) + (a1+a5 + a3+a7)."""
+    s0, s1, s2, s3 = a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]
+    return (s0 + s2) + (s1 + s3)
+
+
+@njit(**JIT, inline="always")
+def reduce16(a):
+    """_mm512_reduce_add_ps as gcc expands it: halves 8, 4, 2, 1."""
+    s8 = np.empty(8, np.float32)
+    for i in range(8):
+        s8[i] = a[i] + a[i + 8]
+    s4 = np.empty(4, np.float32)
+    for i in range(4):
+        s4[i] = s8[i] + s8[i + 4]
+    return (s4[0] + s4[2]) + (s4[1] + s4[3])
+
+
+@njit(**JIT, inline="always")
+def _wq(qtype, w, p, e):
+    """Integer quant of element e of the block at p, as the integer dot multiplies it."""
+    if qtype == Q8_0:
+        return q_q8_0(w, p, e)
+    if qtype == Q4_0:
+        return q_q4_0(w, p, e)
+    if qtype == Q4_1:
+        return q_q4_1(w, p, e)
+    if qtype == Q5_0:
+        return q_q5_0(w, p, e)
+    if qtype == Q5_1:
+        return q_q5_1(w, p, e)
+    if qtype == Q2_K:
+        return q_q2_k(w, p, e)
+    if qtype == Q3_K:
+        return q_q3_k(w, p, e)
+    if qtype == Q4_K:
+        return q_q4_k(w, p, e)
+    if qtype == Q5_K:
+        return q_q5_k(w, p, e)
+    return q_q6_k(w, p, e)
+
+
+@njit(**JIT, inline="always")
+def _wscale(qtype, w, p, e):
+    """Integer sub-block scale multiplying element e (1 for formats without one)."""
+    if qtype == Q2_K:
+        return np.int32(w[p + (e >> 4)] & 0xF)
+    if qtype == Q3_K:
+        return scale_q3_k(w, p + 96, e >> 4)
+    if qtype == Q4_K or qtype == Q5_K:
+        return scale_min_k4(w, p + 4, e >> 5)[0]
+    if qtype == Q6_K:
+        return np.int32(np.int8(w[p + 192 + (e >> 4)]))
+    return np.int32(1)
+
+
+@njit(**JIT, inline="always")
+def _min_dot(qtype, w, p, bsums, g0):
+    """Sum over sub-blocks of min * activation sum (K-quants with mins), exact int."""
+    s = np.int32(0)
+    if qtype == Q2_K:
+        for j in range(16):
+            s += np.int32(w[p + j] >> 4) * np.int32(bsums[g0 + j])
+    else:
+        for j in range(8):
+            s += scale_min_k4(w, p + 4, j)[1] * np.int32(bsums[g0 + 2 * j] + bsums[g0 + 2 * j + 1])
+    return s
+
+
+@njit(**JIT)
+def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
+    be = 256 if qtype == Q3_K or qtype == Q5_K or qtype == Q6_K else 32
+    bb = BLOCK_BYTES[qtype]
+    acc = np.zeros(8, np.float32)
+    lanes = np.zeros(8, np.int32)
+    summs = np.float32(0)
+    for b in range(n_cols // be):
+        p = p0 + b * bb
+        o = b * be
+        for l in range(8):
+            s = np.int32(0)
+            for g in range(be // 32):
+                for i in range(4):
+                    e = 32 * g + 4 * l + i
+                    s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+            lanes[l] = s
+        if qtype == Q8_0 or qtype == Q5_0:
+            d = f16_at(w, p) * xd[b]
+        elif qtype == Q4_1 or qtype == Q5_1:
+            d = f16_at(w, p) * xd[b]
+            summs = fma_f32(f16_at(w, p + 2), xa[b], summs)
+        elif qtype == Q3_K:
+            d = xd[b] * f16_at(w, p + 108)
+        elif qtype == Q5_K:
+            d = xd[b] * f16_at(w, p)
+            dmin = -xd[b] * f16_at(w, p + 2)
+            summs = fma_f32(dmin, np.float32(_min_dot(qtype, w, p, xa, 16 * b)), summs)
+        else:  # Q6_K: the -32 offset is taken out per lane pair of 16-sums, as pmaddwd does
+            d = xd[b] * f16_at(w, p + 208)
+            for l in range(8):
+                sc0 = np.int32(np.int8(w[p + 192 + 2 * l]))
+                sc1 = np.int32(np.int8(w[p + 192 + 2 * l + 1]))
+                lanes[l] -= 32 * (sc0 * np.int32(xa[16 * b + 2 * l]) + sc1 * np.int32(xa[16 * b + 2 * l + 1]))
+        for l in range(8):
+            acc[l] = fma_f32(d, np.float32(lanes[l]), acc[l])
+    return hsum8(acc) + summs
+
+
+@njit(**JIT)
+def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa):
+    be = 32 if qtype == Q4_0 else 256
+    bb = BLOCK_BYTES[qtype]
+    acc = np.float32(0)
+    accm = np.float32(0)
+    for b in range(n_cols // be):
+        p = p0 + b * bb
+        o = b * be
+        s = np.int32(0)
+        for e in range(be):
+            s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+        if qtype == Q4_0:
+            acc = fma_f32(np.float32(s), f16_at(w, p) * xd[b], acc)
+        else:
+            dd = p + 80 if qtype == Q2_K else p
+            acc = fma_f32(np.float32(s), f16_at(w, dd) * xd[b], acc)
+            m = _min_dot(qtype, w, p, xa, 16 * b)
+            accm = fma_f32(np.float32(m), f16_at(w, dd + 2) * xd[b], accm)
+    return acc - accm
+
+
+@njit(**JIT)
+def dot_float(qtype, w, p0, n_cols, xf):
+    esize = 4 if qtype == F32 else 2
+    acc = np.zeros((4, 16), np.float32)
+    n_main = n_cols - n_cols % 64
+    for i in range(0, n_main, 64):
+        for j in range(4):
+            for k in range(16):
+                e = i + 16 * j + k
+                acc[j, k] = fma_f32(_float_at(qtype, w, p0 + esize * e), xf[e], acc[j, k])
+    for k in range(16):
+        acc[0, k] = acc[0, k] + acc[2, k]
+        acc[1, k] = acc[1, k] + acc[3, k]
+    for k in range(16):
+        acc[0, k] = acc[0, k] + acc[1, k]
+    total = np.float64(reduce16(acc[0]))
+    for e in range(n_main, n_cols):
+        total += np.float64(_float_at(qtype, w, p0 + esize * e) * xf[e])
+    return np.float32(total)
+
+
+@njit(**JIT, inline="always")
+def _float_at(qtype, w, p):
+    if qtype == F32:
+        return _f32_at(w, p)
+    if qtype == F16:
+        return f16_at(w, p)
+    return _bf16_at(w, p)
+
+
+@njit(**JIT)
+def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf):
+    """Row at byte p0 of w against one activation row (xq, xd, xa, xf of one token)."""
+    fold = fold_of(qtype)
+    if fold == FOLD_FLOAT:
+        return dot_float(qtype, w, p0, n_cols, xf)
+    if fold == FOLD_SCALAR:
+        return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa)
+    return dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa)

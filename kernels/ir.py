@@ -1,0 +1,208 @@
+"""LLVM IR for numba: the scalar operations numba lacks (fma, f16 <-> f32) and `Gen`, the
+vector idioms the IR block dots are written in.
+
+Numba has no float16 scalar type and no fused multiply-add; ggml uses both (F16C conversions
+and `_mm256_fmadd_ps`), and matching its rounding needs the same operations, not emulations.
+The block dots built on Gen are in blockdots.py, their tile loops in simd.py.
+"""
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
+F32T, F64T, HALF = ir.FloatType(), ir.DoubleType(), ir.HalfType()
+
+
+def vec(t, n):
+    return ir.VectorType(t, n)
+
+
+V32I8, V16I8, V16I16, V8I32, V8F32, V16F32, V16I32 = (
+    vec(I8, 32), vec(I8, 16), vec(I16, 16), vec(I32, 8), vec(F32T, 8), vec(F32T, 16), vec(I32, 16))
+
+
+def _call(builder, name, fnty, args):
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    return builder.call(fn, args)
+
+
+@intrinsic
+def fma_f32(typingctx, a, b, c):
+    """a*b + c in float32 with a single rounding (llvm.fma.f32)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return _call(builder, "llvm.fma.f32", ir.FunctionType(F32T, [F32T, F32T, F32T]), list(args))
+
+    return sig, codegen
+
+
+@intrinsic
+def f16_to_f32(typingctx, bits):
+    """The float32 value of IEEE half `bits` (a uint16): exact, like F16C vcvtph2ps."""
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], HALF), F32T)
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_to_f16(typingctx, x):
+    """IEEE half bits (uint16) of float32 `x`, rounded to nearest even like F16C vcvtps2ph."""
+    sig = types.uint16(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], HALF), I16)
+
+    return sig, codegen
+
+
+@intrinsic
+def bits_f32(typingctx, bits):
+    """The float32 whose IEEE bits are the uint32 `bits`."""
+    sig = types.float32(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], F32T)
+
+    return sig, codegen
+
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """The IEEE bits (uint32) of float32 `x`."""
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], I32)
+
+    return sig, codegen
+
+
+class Gen:
+    """IRBuilder plus the handful of vector idioms the block dots need.
+
+    vnni: form the 4-products lanes with one vpdpbusd instead of pmaddubsw + pmaddwd (same
+    int32 lanes: our operands never saturate pmaddubsw's int16 pairs)."""
+
+    def __init__(self, builder, vnni=False):
+        self.b = builder
+        self.vnni = vnni
+
+    # constants and memory
+    def c(self, ty, v):
+        if isinstance(ty, ir.VectorType):
+            vals = v if isinstance(v, (list, tuple)) else [v] * ty.count
+            return ir.Constant(ty, [ir.Constant(ty.element, x) for x in vals])
+        return ir.Constant(ty, v)
+
+    def at(self, base, off):
+        """i8* base + off (off: python int or i64)."""
+        if isinstance(off, int):
+            off = self.c(I64, off)
+        return self.b.gep(base, [off])
+
+    def load(self, base, off, ty):
+        ptr = self.b.bitcast(self.at(base, off), ty.as_pointer())
+        ld = self.b.load(ptr)
+        ld.align = 1
+        return ld
+
+    def f16(self, base, off):
+        return self.b.fpext(self.b.bitcast(self.load(base, off, I16), HALF), F32T)
+
+    def f32(self, base, off):
+        return self.load(base, off, F32T)
+
+    def intr(self, name, ret, args):
+        fn = cgutils.get_or_insert_function(self.b.module, ir.FunctionType(ret, [a.type for a in args]), name)
+        return self.b.call(fn, args)
+
+    # vector idioms
+    def splat(self, x, n):
+        v = self.b.insert_element(ir.Constant(vec(x.type, n), ir.Undefined), x, self.c(I32, 0))
+        return self.b.shuffle_vector(v, ir.Constant(vec(x.type, n), ir.Undefined), self.c(vec(I32, n), 0))
+
+    def shuffle(self, a, b, idx):
+        return self.b.shuffle_vector(a, b, self.c(vec(I32, len(idx)), list(idx)))
+
+    def maddubs(self, u, s):  # u8 x s8 pairs -> i16 (no saturation in our ranges)
+        return self.intr("llvm.x86.avx2.pmadd.ub.sw", V16I16, [u, s])
+
+    def maddwd(self, a, b):  # i16 x i16 pairs -> i32
+        return self.intr("llvm.x86.avx2.pmadd.wd", V8I32, [a, b])
+
+    def psign(self, a, b):
+        return self.intr("llvm.x86.avx2.psign.b", V32I8, [a, b])
+
+    def fma(self, a, b, c):
+        sfx = f"v{a.type.count}f32" if isinstance(a.type, ir.VectorType) else "f32"
+        return self.intr(f"llvm.fma.{sfx}", a.type, [a, b, c])
+
+    def reduce_add_i32(self, v):
+        return self.intr(f"llvm.vector.reduce.add.v{v.type.count}i32", I32, [v])
+
+    def hsum8(self, v):
+        """hsum_float_8 order: (v0+v4 + v2+v6) + (v1+v5 + v3+v7)."""
+        b = self.b
+        s = b.fadd(self.shuffle(v, v, [0, 1, 2, 3]), self.shuffle(v, v, [4, 5, 6, 7]))
+        s = b.fadd(self.shuffle(s, s, [0, 1]), self.shuffle(s, s, [2, 3]))
+        return b.fadd(b.extract_element(s, self.c(I32, 0)), b.extract_element(s, self.c(I32, 1)))
+
+    def hsum_exact(self, v):
+        """Sum of float lanes holding integers below 2**24: exact in any order."""
+        n = v.type.count
+        while n > 1:
+            n //= 2
+            v = self.b.fadd(self.shuffle(v, v, range(n)), self.shuffle(v, v, range(n, 2 * n)))
+        return self.b.extract_element(v, self.c(I32, 0))
+
+    def sum_lanes_of_each(self, vectors, ty):
+        """Up to 8 vectors of 8 lanes -> one vector whose lane i is the sum of vectors[i]
+        (missing ones count as zero). Three levels of pairwise even/odd adds, as phadd."""
+        vs = list(vectors) + [self.c(ty, 0 if ty.element == I32 else 0.0)] * (8 - len(vectors))
+        add = self.b.add if ty.element == I32 else self.b.fadd
+        even, odd = list(range(0, 16, 2)), list(range(1, 16, 2))
+        while len(vs) > 1:
+            vs = [add(self.shuffle(vs[i], vs[i + 1], even), self.shuffle(vs[i], vs[i + 1], odd))
+                  for i in range(0, len(vs), 2)]
+        return vs[0]
+
+    def gather_scalars(self, values):
+        """Scalars -> <8 x f32> (unused lanes 0)."""
+        v = self.c(V8F32, 0.0)
+        for i, x in enumerate(values):
+            v = self.b.insert_element(v, x, self.c(I32, i))
+        return v
+
+    def nibbles(self, base, off):
+        """16 bytes -> <32 x i8>: low nibbles then high nibbles (ggml element order)."""
+        q = self.load(base, off, V16I8)
+        lo = self.b.and_(q, self.c(V16I8, 0xF))
+        hi = self.b.lshr(q, self.c(V16I8, 4))
+        return self.shuffle(lo, hi, range(32))
+
+    def bits32(self, word):
+        """i32 -> <32 x i8> with byte e = 16 if bit e is set, else 0."""
+        w = self.splat(word, 8)
+        w = self.b.bitcast(w, V32I8)
+        bytes_ = self.shuffle(w, w, [e // 8 for e in range(32)])
+        mask = self.c(V32I8, [1 << (e % 8) for e in range(32)])
+        hit = self.b.icmp_unsigned("!=", self.b.and_(bytes_, mask), self.c(V32I8, 0))
+        return self.b.select(hit, self.c(V32I8, 16), self.c(V32I8, 0))
+
+    def lanes(self, u, s):
+        """Unsigned quants u x signed quants s -> 8 int32 lanes of 4 consecutive products."""
+        if self.vnni:
+            return self.intr("llvm.x86.avx512.vpdpbusd.256", V8I32,
+                             [self.c(V8I32, 0), self.b.bitcast(u, V8I32), self.b.bitcast(s, V8I32)])
+        return self.maddwd(self.maddubs(u, s), self.c(V16I16, 1))
+
+    def lanes_signed(self, w, w_abs, x):
+        return self.lanes(w_abs, self.psign(x, w))
+
+    def cvt(self, v):
+        return self.b.sitofp(v, vec(F32T, v.type.count))

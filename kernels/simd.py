@@ -1,0 +1,281 @@
+"""Vector IR matmul kernels: one register tile of `rows` weight rows x `tokens` activation
+rows per call, looped over blocks in LLVM IR inside a numba @intrinsic.
+
+`emit_tile` wraps a format's block dot (blockdots.py) in the block loop with one accumulator
+per (row, token) pair; `emit_float_tile` does the same for F32/F16/BF16. `make_kernel` is the
+template every variant comes from: prange over row tiles, token tiles inside, cache-sized
+token chunks outside. Tails: rows and tokens past the valid count re-read the last valid one
+and are not stored, so one tile function serves every shape.
+"""
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .blockdots import FMTS
+from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, vec
+from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
+
+FORMATS = tuple(FMTS) + (F16, BF16, F32)
+
+
+def _load_float16x(g, qtype, base, off):
+    """16 weights of a float type at base+off as <16 x f32> (exact widening)."""
+    if qtype == F32:
+        return g.load(base, off, V16F32)
+    if qtype == F16:
+        return g.b.fpext(g.load(base, off, vec(HALF, 16)), V16F32)
+    bits = g.b.zext(g.load(base, off, vec(I16, 16)), V16I32)  # BF16: the high half of an f32
+    return g.b.bitcast(g.b.shl(bits, g.c(V16I32, 16)), V16F32)
+
+
+def _load_float1(g, qtype, base, off):
+    if qtype == F32:
+        return g.load(base, off, F32T)
+    if qtype == F16:
+        return g.f16(base, off)
+    return g.b.bitcast(g.b.shl(g.b.zext(g.load(base, off, I16), I32), g.c(I32, 16)), F32T)
+
+
+def emit_float_tile(g, qtype, rows, tokens, args):
+    """ggml_vec_dot_f16 (AVX-512): 4 x 16 fma lanes per step of 64, pairwise reduce, tail in
+    double. `n_blocks` carries n_cols here."""
+    (w, row_stride, n_rows, x, x_stride, _, _, _, _, n_tok, n_cols, out, out_stride) = args
+    b = g.b
+    esize = 4 if qtype == F32 else 2
+    rows_p = [g.at(w, b.mul(_clamp(g, r, n_rows), row_stride)) for r in range(rows)]
+    toks_p = [g.at(x, b.mul(_clamp(g, t, n_tok), x_stride)) for t in range(tokens)]
+    steps = b.sdiv(n_cols, g.c(I64, 64))
+    zero = g.c(V16F32, 0.0)
+    init = [zero] * (4 * rows * tokens)
+
+    def step(i, acc):
+        e0 = b.mul(i, g.c(I64, 64))
+        W = [[_load_float16x(g, qtype, rows_p[r], b.mul(b.add(e0, g.c(I64, 16 * j)), g.c(I64, esize)))
+              for j in range(4)] for r in range(rows)]
+        X = [[g.load(toks_p[t], b.mul(b.add(e0, g.c(I64, 16 * j)), g.c(I64, 4)), V16F32)
+              for j in range(4)] for t in range(tokens)]
+        return [g.fma(W[r][j], X[t][j], acc[(r * tokens + t) * 4 + j])
+                for r in range(rows) for t in range(tokens) for j in range(4)]
+
+    acc = _loop(g, g.c(I64, 0), steps, init, step)
+    sums = []
+    for pr in range(rows * tokens):
+        a = acc[4 * pr: 4 * pr + 4]
+        a0 = b.fadd(b.fadd(a[0], a[2]), b.fadd(a[1], a[3]))
+        s8 = b.fadd(g.shuffle(a0, a0, range(8)), g.shuffle(a0, a0, range(8, 16)))
+        s4 = b.fadd(g.shuffle(s8, s8, range(4)), g.shuffle(s8, s8, range(4, 8)))
+        s2 = b.fadd(g.shuffle(s4, s4, [0, 1]), g.shuffle(s4, s4, [2, 3]))
+        tot = b.fadd(b.extract_element(s2, g.c(I32, 0)), b.extract_element(s2, g.c(I32, 1)))
+        sums.append(b.fpext(tot, F64T))
+
+    def tail(e, acc):
+        out_ = []
+        for r in range(rows):
+            wv = _load_float1(g, qtype, rows_p[r], b.mul(e, g.c(I64, esize)))
+            for t in range(tokens):
+                xv = g.load(toks_p[t], b.mul(e, g.c(I64, 4)), F32T)
+                out_.append(b.fadd(acc[r * tokens + t], b.fpext(b.fmul(wv, xv), F64T)))
+        return out_
+
+    sums = _loop(g, b.mul(steps, g.c(I64, 64)), n_cols, sums, tail)
+    _store(g, rows, tokens, n_rows, n_tok, out, out_stride,
+           [b.fptrunc(v, F32T) for v in sums])
+
+
+# --- the tile loop ---------------------------------------------------------------------------
+
+def _clamp(g, i, n):
+    """i, or n-1 past the valid count (the tail tile re-reads the last row/token)."""
+    ok = g.b.icmp_signed("<", g.c(I64, i), n)
+    return g.b.select(ok, g.c(I64, i), g.b.sub(n, g.c(I64, 1)))
+
+
+def _loop(g, start, stop, init, body):
+    """for i in range(start, stop): acc = body(i, acc); returns the final acc values.
+    `body` must emit straight-line code."""
+    b = g.b
+    entry = b.block
+    head = b.append_basic_block("loop")
+    done = b.append_basic_block("loop_done")
+    b.cbranch(b.icmp_signed("<", start, stop), head, done)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(start, entry)
+    phis = [b.phi(v.type) for v in init]
+    for ph, v in zip(phis, init):
+        ph.add_incoming(v, entry)
+    new = body(i, phis)
+    latch = b.block
+    nxt = b.add(i, g.c(I64, 1))
+    i.add_incoming(nxt, latch)
+    for ph, v in zip(phis, new):
+        ph.add_incoming(v, latch)
+    b.cbranch(b.icmp_signed("<", nxt, stop), head, done)
+    b.position_at_end(done)
+    res = [b.phi(v.type) for v in init]
+    for r, v0, v1 in zip(res, init, new):
+        r.add_incoming(v0, entry)
+        r.add_incoming(v1, latch)
+    return res
+
+
+def _store(g, rows, tokens, n_rows, n_tok, out, out_stride, values):
+    b = g.b
+    for r in range(rows):
+        for t in range(tokens):
+            ok = b.and_(b.icmp_signed("<", g.c(I64, r), n_rows), b.icmp_signed("<", g.c(I64, t), n_tok))
+            with b.if_then(ok):
+                ptr = b.bitcast(g.at(out, b.add(b.mul(g.c(I64, t), out_stride), g.c(I64, 4 * r))),
+                                F32T.as_pointer())
+                b.store(values[r * tokens + t], ptr)
+
+
+def emit_tile(g, fmt, qtype, rows, tokens, args):
+    """for b in blocks: per row decode, per token load, per pair accumulate; then store."""
+    (w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride, n_tok, n_blocks,
+     out, out_stride) = args
+    b = g.b
+    bb = int(BLOCK_BYTES[qtype])
+    row_base = [g.at(w, b.mul(_clamp(g, r, n_rows), row_stride)) for r in range(rows)]
+    tok_base = []
+    for t in range(tokens):
+        ti = _clamp(g, t, n_tok)
+        tok_base.append((g.at(x, b.mul(ti, x_stride)), g.at(xd, b.mul(ti, xd_stride)),
+                         g.at(xa, b.mul(ti, xa_stride))))
+
+    def block(blk, acc):
+        R = [fmt.row(g, g.at(row_base[r], b.mul(blk, g.c(I64, bb)))) for r in range(rows)]
+        X = [fmt.tok(g, *tok_base[t], blk) for t in range(tokens)]
+        return fmt.fold_tile(g, R, X, acc)
+
+    acc = _loop(g, g.c(I64, 0), n_blocks, fmt.init_tile(g, rows * tokens), block)
+    _store(g, rows, tokens, n_rows, n_tok, out, out_stride, fmt.finish_tile(g, acc))
+
+
+_tiles = {}
+
+
+def tile_intrinsic(qtype, rows, tokens, vnni=False):
+    """numba intrinsic tile(w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride,
+    n_tok, n_blocks, out, out_stride): addresses as uint64/int64, strides in bytes."""
+    key = (qtype, rows, tokens, vnni)
+    if key in _tiles:
+        return _tiles[key]
+    fmt = FMTS.get(qtype)
+    name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}"
+
+    def build_function(module):
+        fnty = ir.FunctionType(ir.VoidType(), [I64] * 13)
+        fn = cgutils.get_or_insert_function(module, fnty, name)
+        if not fn.is_declaration:
+            return fn
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        g = Gen(b, vnni)
+        a = list(fn.args)
+        ptr = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 3, 5, 7, 11)]
+        args = (ptr[0], a[1], a[2], ptr[1], a[4], ptr[2], a[6], ptr[3], a[8], a[9], a[10], ptr[4], a[12])
+        if fmt is None:
+            emit_float_tile(g, qtype, rows, tokens, args)
+        else:
+            emit_tile(g, fmt, qtype, rows, tokens, args)
+        b.ret_void()
+        return fn
+
+    @intrinsic
+    def tile(typingctx, w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride, n_tok,
+             n_blocks, out, out_stride):
+        sig = types.void(*([types.int64] * 13))
+
+        def codegen(context, builder, signature, args):
+            fn = build_function(builder.module)
+            builder.call(fn, [context.cast(builder, v, t, types.int64)
+                              for v, t in zip(args, signature.args)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    _tiles[key] = tile
+    return tile
+
+
+# --- variants and the kernel template --------------------------------------------------------
+
+# One list per block size; the first entry is the default until a tuner picks. rows x tokens
+# is the prefill register tile; rows1 the T=1 (decode) tile: one row at a time keeps the
+# weight stream strictly sequential, which the hardware prefetcher follows at full speed
+# (two adjacent rows interleaved measured 3x slower on Zen 4).
+_PLANS = [("simd_r4t4", dict(rows=4, tokens=4, rows1=1)),
+          ("simd_r2t6", dict(rows=2, tokens=6, rows1=1)),
+          ("simd_r6t2", dict(rows=6, tokens=2, rows1=1))]
+_K_PLANS = [("simd_r2t4", dict(rows=2, tokens=4, rows1=1)),
+            ("simd_r4t4", dict(rows=4, tokens=4, rows1=1)),
+            ("simd_r4t2", dict(rows=4, tokens=2, rows1=1)),
+            ("simd_r1t4", dict(rows=1, tokens=4, rows1=1))]
+_F_PLANS = [("simd_r2t2", dict(rows=2, tokens=2, rows1=1)),
+            ("simd_r1t3", dict(rows=1, tokens=3, rows1=1)),
+            ("simd_r3t1", dict(rows=3, tokens=1, rows1=1))]
+
+# prefill walks token chunks whose activations stay in L2 while all row tiles pass over them
+_ACT_CHUNK_BYTES = 256 * 1024
+
+
+def _host_has(*features):
+    have = llvm.get_host_cpu_features()
+    return all(have.get(f, False) for f in features)
+
+
+HAS_VNNI = _host_has("avx512vnni", "avx512vl")
+
+
+def variants(qtype):
+    if qtype in (F16, BF16, F32):
+        plans = _F_PLANS
+    elif BLOCK_ELEMS[qtype] == 256:
+        plans = _K_PLANS  # scaled sub-block sums keep pmaddwd: no vnni form
+    else:
+        plans = _PLANS
+        if HAS_VNNI:
+            plans = [(n + "_vnni", dict(p, vnni=True)) for n, p in _PLANS[:2]] + plans
+    return [(n, dict(engine="simd", **p)) for n, p in plans]
+
+
+def make_kernel(qtype, rows, tokens, rows1, vnni=False):
+    """kernel(w, R, C, xq, xd, xa, xf, T, out): (rows x tokens) tiles over full token tiles,
+    then the leftover tokens one at a time with (rows1 x 1) tiles (T=1 decode is all leftover)."""
+    main = tile_intrinsic(qtype, rows, tokens, vnni)
+    single = tile_intrinsic(qtype, rows1, 1, vnni)
+    be = int(BLOCK_ELEMS[qtype])
+    is_float = qtype in (F16, BF16, F32)
+
+    @njit(**JIT, parallel=True)
+    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+        rb = row_bytes(qtype, n_cols)
+        nb = n_cols if is_float else n_cols // be
+        wp = np.int64(w.ctypes.data)
+        xp = np.int64(xf.ctypes.data) if is_float else np.int64(xq.ctypes.data)
+        xs = xf.strides[0] if is_float else xq.strides[0]
+        dp, ap, op = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data), np.int64(out.ctypes.data)
+        ds, as_, os = xd.strides[0], xa.strides[0], out.strides[0]
+        n_full = n_tokens // tokens * tokens
+        chunk = max(tokens, min(n_full, _ACT_CHUNK_BYTES // max(xs, 1)) // tokens * tokens)
+        for c0 in range(0, n_full, chunk):
+            c1 = min(n_full, c0 + chunk)
+            for tile in numba.prange((n_rows + rows - 1) // rows):
+                r0 = tile * rows
+                nr = min(rows, n_rows - r0)
+                for t0 in range(c0, c1, tokens):
+                    main(wp + r0 * rb, rb, nr, xp + t0 * xs, xs, dp + t0 * ds, ds, ap + t0 * as_, as_,
+                         tokens, nb, op + t0 * os + 4 * r0, os)
+        if n_full < n_tokens:
+            for tile in numba.prange((n_rows + rows1 - 1) // rows1):
+                r0 = tile * rows1
+                nr = min(rows1, n_rows - r0)
+                for t in range(n_full, n_tokens):
+                    single(wp + r0 * rb, rb, nr, xp + t * xs, xs, dp + t * ds, ds, ap + t * as_, as_,
+                           1, nb, op + t * os + 4 * r0, os)
+    return kernel

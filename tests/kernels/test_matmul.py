@@ -1,0 +1,136 @@
+"""Quantised matmul: the plain reference against float64 numpy, every variant against it.
+
+Bounds:
+* against float64 dequant(W) @ dequant(quantised x): |err| <= 2e-6 * sum|w*x| per output
+  (only float32 rounding of the block folds separates them);
+* against float64 dequant(W) @ x (activation quantisation included): NMSE < 2e-4 for 8-bit
+  activation formats, < 1e-6 for f16, < 1e-4 for bf16, < 1e-10 for f32;
+* every variant is bit-identical to matmul_ref (all integer sums are exact and all share the
+  ggml fold).
+"""
+import numba
+import numpy as np
+import pytest
+
+from dasllama.kernels import actq as A
+from dasllama.kernels import matmul as M
+from dasllama.kernels import quants as Q
+
+from .blocks import gguf_dequantize, random_weights
+
+TYPES = [pytest.param(q, id=Q.type_name(q)) for q in Q.SUPPORTED]
+NMSE = {A.ACT_Q8_0: 2e-4, A.ACT_Q8_1: 2e-4, A.ACT_Q8_K: 2e-4, A.ACT_F16: 1e-6, A.ACT_BF16: 1e-4,
+        A.ACT_F32: 1e-10}
+
+
+def _case(qtype, n_rows=24, n_cols=512, n_tokens=5, seed=0):
+    w = random_weights(qtype, n_rows, n_cols, seed=seed)
+    x = np.random.default_rng(seed + 1).standard_normal((n_tokens, n_cols)).astype(np.float32)
+    return w, x
+
+
+def _quantised(qtype, x):
+    bufs = A.act_buffers(*x.shape)
+    A.quantize_act(A.act_kind(qtype), x, *bufs)
+    return bufs
+
+
+def _dequantised_act(qtype, x, bufs):
+    xq, xd, xa, xf = bufs
+    kind = A.act_kind(qtype)
+    if kind in (A.ACT_Q8_0, A.ACT_Q8_1):
+        return xq.astype(np.float64) * np.repeat(xd, 32, axis=1)
+    if kind == A.ACT_Q8_K:
+        return xq.astype(np.float64) * np.repeat(xd[:, :x.shape[1] // 256], 256, axis=1)
+    return xf.astype(np.float64)
+
+
+def _ref(qtype, w, x):
+    n_tokens, n_cols = x.shape
+    n_rows = w.size // Q.row_bytes(qtype, n_cols)
+    bufs = _quantised(qtype, x)
+    out = np.empty((n_tokens, n_rows), np.float32)
+    M.matmul_ref(qtype, w, n_rows, n_cols, *bufs, n_tokens, out)
+    return out, bufs
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_reference_matches_float64_of_the_same_quants(qtype):
+    w, x = _case(qtype)
+    out, bufs = _ref(qtype, w, x)
+    W = gguf_dequantize(qtype, w, out.shape[1]).astype(np.float64)
+    X = _dequantised_act(qtype, x, bufs)
+    if A.act_kind(qtype) == A.ACT_Q8_1:
+        # ggml multiplies the block min by the activation's stored f16 sum s, not by d*sum(q)
+        _, _, xa, _ = bufs
+        n_blocks = x.shape[1] // 32
+        m = w.reshape(-1, Q.BLOCK_BYTES[qtype])[:, 2:4].copy().view(np.float16).astype(np.float64)
+        m = m.reshape(W.shape[0], n_blocks)
+        W = W - np.repeat(m, 32, axis=1)
+        exact = X @ W.T + xa[:, :n_blocks].astype(np.float64) @ m.T
+        scale = np.abs(X) @ np.abs(W).T + np.abs(xa[:, :n_blocks]) @ np.abs(m).T
+    else:
+        exact = X @ W.T
+        scale = np.abs(X) @ np.abs(W).T
+    assert np.all(np.abs(out - exact) <= 2e-6 * scale)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_reference_nmse_against_float_weights(qtype):
+    w, x = _case(qtype, seed=2)
+    out, _ = _ref(qtype, w, x)
+    exact = x.astype(np.float64) @ gguf_dequantize(qtype, w, out.shape[1]).astype(np.float64).T
+    nmse = ((out - exact) ** 2).sum() / (exact ** 2).sum()
+    assert nmse < NMSE[A.act_kind(qtype)]
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_every_variant_is_bit_identical_to_the_reference(qtype):
+    # odd sizes: a row tail and a token tail for every tile shape
+    n_rows, n_tokens = 19, 7
+    w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=3)
+    ref, _ = _ref(qtype, w, x)
+    for name, _ in M.VARIANTS[qtype]:
+        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+    for n in (1, 2):  # decode and a short prefill take the T=1 / small-T paths
+        np.testing.assert_array_equal(M.matmul_f32(qtype, w, n_rows, x.shape[1], x[:n]), ref[:n])
+
+
+@pytest.mark.parametrize("qtype", [pytest.param(q, id=Q.type_name(q)) for q in (Q.F16, Q.BF16, Q.F32)])
+@pytest.mark.parametrize("n_cols", [32, 96])
+def test_float_variants_with_a_tail_shorter_than_a_step(qtype, n_cols):
+    # ggml sums the last n_cols % 64 elements in double after the 64-wide fma steps
+    w, x = _case(qtype, n_rows=5, n_cols=n_cols, n_tokens=3, seed=4)
+    ref, _ = _ref(qtype, w, x)
+    for name, _ in M.VARIANTS[qtype]:
+        got = M.matmul_f32(qtype, w, 5, n_cols, x, variant=name)
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+
+
+@numba.njit
+def _decode_step(qtype, w, n_rows, x, xq, xd, xa, xf, out):
+    """What the model does: quantise and multiply from inside compiled code."""
+    M.quantize_act(M.act_kind(qtype), x, xq, xd, xa, xf)
+    M.matmul(qtype, w, n_rows, x.shape[1], xq, xd, xa, xf, x.shape[0], out)
+
+
+def test_matmul_is_callable_from_njit():
+    qtype = Q.Q8_0
+    w, x = _case(qtype, n_tokens=1)
+    bufs = A.act_buffers(4, x.shape[1])  # buffers sized for more tokens than used
+    out = np.zeros((4, 24), np.float32)
+    _decode_step(qtype, w, 24, x, *bufs, out)
+    np.testing.assert_array_equal(out[:1], _ref(qtype, w, x)[0])
+
+
+def test_set_active_switches_the_dispatched_variant():
+    qtype = Q.Q5_0
+    before = M.ACTIVE[qtype]
+    try:
+        mm = M.set_active(qtype, "ref_4x4")
+        assert M.ACTIVE[qtype] == "ref_4x4" and mm is M.matmul
+        with pytest.raises(KeyError):
+            M.set_active(qtype, "no_such_variant")
+    finally:
+        M.set_active(qtype, before)
