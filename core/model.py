@@ -47,6 +47,26 @@ def set_threads(n_threads):
     return n
 
 
+_warned = []
+
+
+def warn_slow_threading():
+    """numba without tbb or libgomp falls back to its workqueue layer: ~54 us per parallel
+    region instead of ~2 us, which a decode step with ~150 regions cannot afford."""
+    import sys
+    import numba
+    if _warned:
+        return
+    _warned.append(True)
+    try:
+        layer = numba.threading_layer()
+    except ValueError:
+        return
+    if layer == "workqueue":
+        print("dasllama: numba runs on its slow 'workqueue' threading layer; "
+              "pip install tbb (or install libgomp) for full speed.", file=sys.stderr)
+
+
 class Model:
     """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
 
@@ -116,11 +136,14 @@ class Model:
         return np.concatenate(outs) if all_logits else outs[-1][0]
 
     def _forward(self, chunk, n_out, trace):
+        first = self.n_past == 0 and not self.history
         t = self.tables
         fw.forward(chunk, self.n_past, self.gguf.data, t.wtab, t.fbuf, t.ftab, t.hp, t.hpf,
                    t.layer_swa, t.layer_freq_base, self.kcache, self.vcache, self.scratch,
                    self.acts, self.gelu_tab, n_out, self.logits, trace)
         self.n_past += chunk.size
+        if first:
+            warn_slow_threading()
 
     def new_trace(self, n_tokens):
         """A zeroed trace array for `eval(..., trace=)`: (names, layers, tokens, width)."""
