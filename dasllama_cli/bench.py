@@ -1,0 +1,172 @@
+"""`dasllama bench`: llama-bench's tests and output for our engine, with llama-bench itself run
+beside it (--ref llama.cpp) and a receipt of the machine, software and inputs."""
+import csv
+import io
+import json
+import os
+import shlex
+
+import click
+
+from dasllama.core import load
+from dasllama.core.bench import IDLE_WAIT_S, run_bench, tests_for
+from dasllama.core.receipt import build_receipt, dasllama_commit, physical_cores, probe_hardware
+from dasllama.core.reference import ReferenceError, find_reference
+
+from .errors import USER_ERRORS
+
+# llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
+FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
+          "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads",
+          "type_k", "type_v", "n_prompt", "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns",
+          "avg_ts", "stddev_ts")
+
+
+def int_list(ctx, param, value):
+    try:
+        values = [int(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number or a comma-separated list of numbers.") from None
+    if any(v < 0 for v in values):
+        raise click.BadParameter("token counts cannot be negative.")
+    return values
+
+
+@click.command()
+@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
+              help="GGUF model file (default: the installed default model).")
+@click.option("-p", "--n-prompt", default="512", show_default=True, callback=int_list,
+              help="Prompt tokens of the pp tests (comma-separated list; 0: none).")
+@click.option("-n", "--n-gen", default="128", show_default=True, callback=int_list,
+              help="Generated tokens of the tg tests (comma-separated list; 0: none).")
+@click.option("-r", "--repetitions", default=5, show_default=True, type=click.IntRange(1),
+              help="Samples per test.")
+@click.option("-t", "--threads", type=int, default=None,
+              help="Threads for both engines (default: the physical cores, as llama-bench).")
+@click.option("-o", "--output", "fmt", type=click.Choice(["md", "json", "csv", "jsonl"]), default="md",
+              show_default=True, help="Output format.")
+@click.option("--ref", type=click.Choice(["llama.cpp"]), default=None,
+              help="Run llama-bench on the same file and threads, interleaved with ours, and add the ratio.")
+@click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
+              help="Dir with llama-bench (default: PATH, then dasllama's cache).")
+@click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
+              help="File for llama-bench to load instead of -m.")
+@click.option("--wait-idle", default=IDLE_WAIT_S, show_default=True, type=click.FloatRange(0),
+              help="Before each sample, wait up to this many seconds for other processes to leave the CPUs.")
+@click.option("--receipt", "receipt_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the results with the receipt (commands, versions, sha256 of inputs, hardware) as JSON.")
+def bench_cmd(model_path, n_prompt, n_gen, repetitions, threads, fmt, ref, ref_bin, ref_model, wait_idle,
+              receipt_path):
+    """Measure prompt (pp) and generation (tg) speed as llama-bench does."""
+    tests = tests_for(n_prompt, n_gen)
+    if not tests:
+        raise click.UsageError("nothing to measure: give -p or -n a count above 0.")
+    reference = None
+    try:
+        if ref:
+            reference = find_reference(ref_bin)
+            reference.tool("llama-bench")
+        # batches of 512 as llama-bench's ubatches: a pp1024 runs as two
+        model = load(model_path, n_threads=threads or physical_cores(),
+                     n_ctx=max(512, max(t.n_prompt + t.n_gen for t in tests)), n_batch=512)
+    except (ReferenceError, *USER_ERRORS) as e:
+        raise click.ClickException(str(e)) from None
+    hardware = probe_hardware()
+    if hardware["loadavg_1m"] and hardware["loadavg_1m"] > 0.5 * hardware["logical_cpus"]:
+        click.echo(f"bench: the machine is busy (load {hardware['loadavg_1m']:.1f} on "
+                   f"{hardware['logical_cpus']} CPUs): figures will be low and noisy.", err=True)
+    build = {"commit": (dasllama_commit().get("dasllama_commit") or "unknown")[:7],
+             "cpu_info": hardware["cpu_model"]}
+
+    def progress(test, rep, ours_ts, ref_ts):
+        theirs = f", llama.cpp {ref_ts:.2f} t/s" if ref_ts is not None else ""
+        click.echo(f"bench: {test.name} {rep + 1}/{repetitions}: dasllama {ours_ts:.2f} t/s{theirs}", err=True)
+
+    def retaken(test, engine, ts, best):
+        click.echo(f"bench: {test.name} {engine} ran at {ts:.2f} t/s, under half its best {best:.2f}: "
+                   "disturbed, taken again", err=True)
+
+    try:
+        records, ref_cmds = run_bench(model, tests, repetitions, build, reference, ref_model,
+                                      idle_wait=wait_idle, on_sample=progress, on_retake=retaken)
+    except ReferenceError as e:
+        raise click.ClickException(str(e)) from None
+    ours_cmd = our_command_line(model.path, n_prompt, n_gen, repetitions, model.n_threads, fmt, ref, ref_model)
+    receipt = None
+    if fmt == "json" or receipt_path:
+        inputs = [model.path] + ([ref_model] if ref_model else [])
+        receipt = build_receipt({"dasllama": ours_cmd, "llama.cpp": [shlex.join(c) for c in ref_cmds]},
+                                inputs, reference.describe() if reference else None, hardware)
+    if receipt_path:
+        with open(receipt_path, "w") as f:
+            json.dump({"results": records, "receipt": receipt}, f, indent=2)
+            f.write("\n")
+    click.echo(render(records, fmt, receipt, ref is not None), nl=False)
+
+
+def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, ref, ref_model):
+    args = ["dasllama", "bench", "-m", os.path.abspath(model_path), "-p", ",".join(map(str, n_prompt)),
+            "-n", ",".join(map(str, n_gen)), "-r", str(reps), "-t", str(threads), "-o", fmt]
+    if ref:
+        args += ["--ref", ref]
+    if ref_model:
+        args += ["--ref-model", os.path.abspath(ref_model)]
+    return shlex.join(args)
+
+
+def render(records, fmt, receipt, with_ref):
+    if fmt == "json":
+        return json.dumps({"results": records, "receipt": receipt}, indent=2) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps(r) + "\n" for r in records)
+    if fmt == "csv":
+        return to_csv(records, with_ref)
+    return to_markdown(records, with_ref)
+
+
+def to_csv(records, with_ref):
+    columns = ["engine", *FIELDS] + (["ratio"] if with_ref else [])
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    writer.writerow(columns)
+    for r in records:
+        writer.writerow([r.get(c, "") for c in columns])
+    return out.getvalue()
+
+
+def to_markdown(records, with_ref):
+    """llama-bench's table (model, size, params, backend, threads, test, t/s) for our engine,
+    plus llama.cpp's t/s and ours / theirs when it ran beside."""
+    ours = [r for r in records if r["engine"] == "dasllama"]
+    theirs = {(r["n_prompt"], r["n_gen"]): r for r in records if r["engine"] == "llama.cpp"}
+    head = ["model", "size", "params", "backend", "threads", "test", "t/s"]
+    if with_ref:
+        head += ["llama.cpp t/s", "ratio"]
+    rows = []
+    for r in ours:
+        test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+        row = [r["model_type"], _size(r["model_size"]), _params(r["model_n_params"]), r["backends"],
+               str(r["n_threads"]), test, f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"]
+        other = theirs.get((r["n_prompt"], r["n_gen"]))
+        if with_ref:
+            row += [f"{other['avg_ts']:.2f} ± {other['stddev_ts']:.2f}", f"{r['ratio']:.2f}"]
+        rows.append(row)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    left = {"model", "backend"}
+    line = lambda cells: "| " + " | ".join(c.ljust(w) if h in left else c.rjust(w)
+                                           for c, w, h in zip(cells, widths, head)) + " |\n"
+    rule = "| " + " | ".join("-" * (w - 1) + ("-" if h in left else ":") for w, h in zip(widths, head)) + " |\n"
+    text = line(head) + rule + "".join(line(row) for row in rows)
+    text += f"\nbuild: {ours[0]['build_commit']} (dasllama)"
+    if theirs:
+        first = next(iter(theirs.values()))
+        text += f"; llama.cpp {first.get('build_commit')} ({first.get('build_number')})"
+    return text + "\n"
+
+
+def _size(n_bytes):
+    return f"{n_bytes / 2**20:.2f} MiB" if n_bytes < 2**30 else f"{n_bytes / 2**30:.2f} GiB"
+
+
+def _params(n):
+    return f"{n / 1e6:.2f} M" if n < 1e9 else f"{n / 1e9:.2f} B"

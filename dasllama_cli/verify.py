@@ -1,0 +1,149 @@
+"""`dasllama verify`: greedy tokens of our engine against llama.cpp's on the same prompts, and
+where inside the network the two part when they do. Exit 0 parity, 1 divergence, 2 setup."""
+import json
+import os
+
+import click
+
+from dasllama.core import load
+from dasllama.core.reference import ReferenceError, find_reference
+from dasllama.core.verify import DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, find_drift, verify_prompt
+
+from .errors import USER_ERRORS
+
+DEFAULT_PROMPTS = ("The capital of France is", "Once upon a time,", "def fibonacci(n):")
+
+
+class SetupError(click.ClickException):
+    """Nothing was compared: a missing model or reference, or a reference that failed."""
+    exit_code = 2
+
+
+@click.command()
+@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
+              help="GGUF model file (default: the installed default model).")
+@click.option("-p", "--prompt", "prompts", multiple=True,
+              help="Prompt to decode greedily; repeat for several (default: three short ones).")
+@click.option("-n", "--n-predict", default=64, show_default=True, help="Tokens to generate per prompt.")
+@click.option("--ref", type=click.Choice(["llama.cpp"]), default="llama.cpp", show_default=True,
+              help="Reference engine.")
+@click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
+              help="Dir with llama.cpp's tools (default: PATH, then llama-cpp-python, then dasllama's cache).")
+@click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
+              help="File for the reference to load instead of -m (e.g. the source of a requantized file).")
+@click.option("-t", "--threads", type=int, default=None, help="Threads for both engines (default: all cores).")
+@click.option("-c", "--ctx-size", default=4096, show_default=True, help="Context size for both engines.")
+@click.option("--tie-gap", default=DEFAULT_TIE_GAP, show_default=True,
+              help="A flip is a near-tie when the two engines' margins between the two tokens "
+                   "add up to no more than this (logits).")
+@click.option("--drift-bound", default=DEFAULT_DRIFT_BOUND, show_default=True,
+              help="Drift past this (relative to a tensor's RMS) names the layer where the engines part.")
+@click.option("--layers/--no-layers", default=None,
+              help="Compare per-layer activations always / never (default: when tokens differ).")
+@click.option("--strict", is_flag=True, help="Fail (exit 1) on near-ties too.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report instead of text.")
+def verify_cmd(model_path, prompts, n_predict, ref, ref_bin, ref_model, threads, ctx_size, tie_gap,
+               drift_bound, layers, strict, as_json):
+    """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts."""
+    if n_predict < 1:
+        raise click.UsageError("-n must be at least 1.")
+    prompts = prompts or DEFAULT_PROMPTS
+    try:
+        reference = find_reference(ref_bin)
+        model = load(model_path, n_ctx=ctx_size, n_threads=threads)
+    except (ReferenceError, *USER_ERRORS) as e:
+        raise SetupError(str(e)) from None
+    ref_path = os.path.abspath(ref_model or model.path)
+    click.echo(f"verify: {model.path} against llama.cpp ({reference.origin}) on {ref_path}", err=True)
+    if not reference.has_bindings:
+        click.echo("verify: llama.cpp's Python bindings (llama_cpp) are absent: ids come from "
+                   "llama-completion, so logit gaps are unavailable.", err=True)
+    try:
+        runs = reference.greedy(ref_path, prompts, n_predict, model.n_threads, ctx_size)
+        results = []
+        for prompt, run in zip(prompts, runs):
+            result = verify_prompt(model, run, prompt, n_predict, tie_gap)
+            wanted = layers if layers is not None else result.verdict in ("divergence", "near-tie")
+            if wanted and result.verdict != "tokenizer" and reference.has_tool("llama-eval-callback"):
+                result.drift = find_drift(model, reference, ref_path, result, model.n_threads, drift_bound)
+            results.append(result)
+    except (ReferenceError, *USER_ERRORS) as e:
+        raise SetupError(str(e)) from None
+    code = exit_code(results, strict)
+    if as_json:
+        report = {"verdict": overall(results), "exit_code": code, "model": model.path,
+                  "ref_model": ref_path, "reference": reference.describe(), "n_predict": n_predict,
+                  "tie_gap": tie_gap, "drift_bound": drift_bound,
+                  "prompts": [r.to_dict() for r in results]}
+        click.echo(json.dumps(report, ensure_ascii=False))
+    else:
+        for i, r in enumerate(results, 1):
+            click.echo(render(i, r, tie_gap, reference.has_bindings))
+        click.echo(summary(results, code))
+    click.get_current_context().exit(code)
+
+
+def exit_code(results, strict):
+    bad = {"divergence", "tokenizer"} | ({"near-tie"} if strict else set())
+    return 1 if any(r.verdict in bad for r in results) else 0
+
+
+def overall(results):
+    for verdict in ("tokenizer", "divergence", "near-tie"):
+        if any(r.verdict == verdict for r in results):
+            return verdict
+    return "parity"
+
+
+def render(i, r, tie_gap, have_logits):
+    head = f"prompt {i} {json.dumps(r.prompt, ensure_ascii=False)}"
+    if r.verdict == "tokenizer":
+        k = next((j for j, (a, b) in enumerate(zip(r.prompt_ids, r.ref_prompt_ids)) if a != b),
+                 min(len(r.prompt_ids), len(r.ref_prompt_ids)))
+        return (f"{head}: the prompt tokenizes differently at token {k}: ours {r.prompt_ids[k:k + 4]}..., "
+                f"llama.cpp {r.ref_prompt_ids[k:k + 4]}... ({len(r.prompt_ids)} vs {len(r.ref_prompt_ids)} tokens)")
+    lines = [f"{head}: {len(r.prompt_ids)} prompt tokens match; " + _tokens_line(r, have_logits)]
+    d = r.divergence
+    if d is not None:
+        ours_text = json.dumps(d.ours_text, ensure_ascii=False)
+        lines.append(f"  ours      {ours_text} (id {d.ours_id}, top-2 gap {d.ours_gap:.3f})")
+        ref_gap = f", top-2 gap {d.ref_gap:.3f}" if d.ref_gap is not None else ""
+        lines.append(f"  llama.cpp {json.dumps(d.ref_text, ensure_ascii=False)} (id {d.ref_id}{ref_gap})")
+        if d.ref_margin is not None:
+            kind = "a near-tie" if d.near_tie else "not a near-tie"
+            lines.append(f"  the engines disagree by {d.ours_margin + d.ref_margin:.3f} on these two "
+                         f"logits: {kind} (bound {tie_gap})")
+        elif have_logits:
+            lines.append("  our token is not in llama.cpp's top 8 there: not a near-tie")
+    if r.drift is not None:
+        lines.append("  " + _drift_line(r.drift))
+    return "\n".join(lines)
+
+
+def _tokens_line(r, have_logits):
+    logits = (f" (min top-2 gap {r.min_gap:.3f}; chosen logits within {r.max_logit_delta:.3f}, "
+              f"top-2 gaps within {r.max_gap_delta:.3f})" if have_logits and r.min_gap is not None else "")
+    if r.divergence is None:
+        return f"parity over {len(r.ids)} generated tokens{logits}"
+    d = r.divergence
+    return (f"{r.verdict} at generated token {d.step} (position {d.position}) after "
+            f"{r.n_matched} matching{logits}")
+
+
+def _drift_line(drift):
+    if not drift.rows:
+        return f"layers: {drift.note}"
+    worst = f"worst: layer {drift.worst[0]} {drift.worst[1]} ({drift.worst[3]:.4f})"
+    where = f"over {len(drift.tokens)} tokens"
+    note = f"; {drift.note}" if drift.note else ""
+    if drift.first is None:
+        return f"layers: no tensor drifts past {drift.bound} {where}; {worst}{note}"
+    il, name, ref_name, err = drift.first
+    alias = f" (llama.cpp {ref_name})" if ref_name != name else ""
+    return f"layers: first drift past {drift.bound} at layer {il} {name}{alias} ({err:.4f}) {where}; {worst}{note}"
+
+
+def summary(results, code):
+    counts = {v: sum(r.verdict == v for r in results) for v in ("parity", "near-tie", "divergence", "tokenizer")}
+    parts = [f"{n} {v}" for v, n in counts.items() if n]
+    return f"verify: {', '.join(parts)} of {len(results)} prompts (exit {code})"
