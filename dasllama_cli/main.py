@@ -3,7 +3,6 @@ import click
 
 from .bench import bench_cmd
 from .generate import generate_cmd
-from .tune import tune_cmd
 from .verify import verify_cmd
 
 
@@ -16,5 +15,3 @@ def cli():
 cli.add_command(generate_cmd, "generate")
 cli.add_command(verify_cmd, "verify")
 cli.add_command(bench_cmd, "bench")
-from .transcribe import transcribe_cmd; cli.add_command(transcribe_cmd, "transcribe")  # noqa: E402,E702
-cli.add_command(tune_cmd, "tune")
