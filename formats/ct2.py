@@ -1,0 +1,104 @@
+"""CTranslate2 `model.bin` files (the faster-whisper format): variables by name, memory-mapped.
+
+Layout (little-endian): u32 version, string spec name, u32 spec revision, u32 variable count,
+then per variable: name, u8 ndim, u32 dims, u8 dtype, u32 byte count, data; then u32 alias
+count and (alias, target) name pairs. A string is a u16 length (counting its NUL) + bytes.
+"""
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
+DTYPE_NAMES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "float16", 5: "bfloat16"}
+
+
+class CT2Error(ValueError):
+    """The file is not a CTranslate2 model this reader understands."""
+
+
+@dataclass
+class CT2Model:
+    path: Path
+    version: int
+    spec: str
+    revision: int
+    variables: dict = field(default_factory=dict)   # name -> np.ndarray (views into the map)
+    aliases: dict = field(default_factory=dict)     # alias name -> target name
+
+    def __getitem__(self, name):
+        return self.variables[self.aliases.get(name, name)]
+
+    def __contains__(self, name):
+        return self.aliases.get(name, name) in self.variables
+
+
+class _Cursor:
+    def __init__(self, buf, path):
+        self.buf, self.pos, self.path = buf, 0, path
+
+    def take(self, n):
+        if self.pos + n > len(self.buf):
+            raise CT2Error(f"{self.path}: truncated CTranslate2 model (needs {self.pos + n} bytes, "
+                           f"has {len(self.buf)}); the download or concatenation is incomplete.")
+        start = self.pos
+        self.pos += n
+        return start
+
+    def unpack(self, fmt):
+        size = struct.calcsize(fmt)
+        return struct.unpack_from(fmt, self.buf, self.take(size))
+
+    def string(self):
+        (n,) = self.unpack("<H")
+        raw = bytes(self.buf[self.take(n):self.pos])
+        return raw.rstrip(b"\0").decode("utf-8", "replace")
+
+
+def _diagnose(path, head):
+    if head.startswith(b"version https://git-lfs"):
+        return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
+    if head[:4] in (b"lmgg", b"ggjt", b"GGUF"):
+        return f"{path} is a ggml/GGUF file, not a CTranslate2 model.bin."
+    return f"{path} is not a CTranslate2 model.bin (unexpected header)."
+
+
+def read(path):
+    """Read a CTranslate2 model.bin (or the model dir holding it); arrays map the file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.bin"
+    if not path.is_file():
+        raise CT2Error(f"{path}: no such file.")
+    buf = np.memmap(path, dtype=np.uint8, mode="r")
+    cur = _Cursor(buf, path)
+    if len(buf) < 8:
+        raise CT2Error(f"{path} is too short to be a CTranslate2 model.")
+    (version,) = cur.unpack("<I")
+    if not 1 <= version <= 6:
+        raise CT2Error(_diagnose(path, bytes(buf[:64])))
+    spec = cur.string() if version >= 2 else ""
+    (revision,) = cur.unpack("<I") if version >= 3 else (1,)
+    model = CT2Model(path, version, spec, revision)
+    (count,) = cur.unpack("<I")
+    for _ in range(count):
+        name = cur.string()
+        (ndim,) = cur.unpack("<B")
+        shape = cur.unpack(f"<{ndim}I") if ndim else ()
+        (dtype,) = cur.unpack("<B")
+        (nbytes,) = cur.unpack("<I")
+        if dtype not in DTYPES:
+            raise CT2Error(f"{path}: variable {name} has dtype "
+                           f"{DTYPE_NAMES.get(dtype, dtype)}, which dasllama does not read.")
+        start = cur.take(nbytes)
+        arr = buf[start:start + nbytes].view(DTYPES[dtype])
+        if arr.size != int(np.prod(shape, dtype=np.int64)):
+            raise CT2Error(f"{path}: variable {name} has {arr.size} values for shape {shape}.")
+        model.variables[name] = arr.reshape(shape)
+    if version >= 5 and cur.pos < len(buf):
+        (n_alias,) = cur.unpack("<I")
+        for _ in range(n_alias):
+            alias = cur.string()
+            model.aliases[alias] = cur.string()
+    return model

@@ -1,0 +1,153 @@
+"""whisper.cpp's legacy ggml model files (`ggml-*.bin`): read, memory-mapped, and write.
+
+Layout (little-endian i32s): magic 0x67676d6c; n_vocab, n_audio_ctx, n_audio_state,
+n_audio_head, n_audio_layer, n_text_ctx, n_text_state, n_text_head, n_text_layer, n_mels,
+ftype; mel filters (n_mel, n_fft, then n_mel*n_fft f32); the BPE vocabulary (count, then per
+token its length and bytes); then tensors until the end: n_dims, name length, ggml type,
+ne[0..n_dims) (ne0 is the contiguous length), name, data.
+"""
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+MAGIC = 0x67676D6C
+HPARAMS = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
+           "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer", "n_mels", "ftype")
+# whisper.cpp stores ftype * 1000 + ftype; the quantization version sits in the thousands.
+QNT_VERSION_FACTOR = 1000
+F32, F16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16
+
+
+class GGMLError(ValueError):
+    """A file that cannot be read as a whisper.cpp model; the message is one sentence."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    qtype: int       # GGMLQuantizationType value
+    ne: tuple        # ggml order: ne[0] is the row length
+    data: np.ndarray  # f32/f16 array shaped reversed(ne), or raw uint8 (n_rows, row bytes)
+
+    @property
+    def n_rows(self):
+        return int(np.prod(self.ne[1:], dtype=np.int64))
+
+
+@dataclass
+class WhisperGGML:
+    path: Path
+    hparams: dict
+    mel_filters: np.ndarray            # (n_mel, n_fft) f32
+    tokens: list                       # bytes of each BPE token
+    tensors: dict = field(default_factory=dict)
+
+
+def _diagnose(path, head):
+    if head.startswith(b"version https://git-lfs"):
+        return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
+    if head.startswith(b"GGUF"):
+        return f"{path} is a GGUF file, not a whisper.cpp ggml .bin."
+    if head.startswith(b"PK"):
+        return f"{path} is a zip archive (a PyTorch checkpoint?), not a whisper.cpp ggml .bin."
+    return f"{path} is not a whisper.cpp ggml model (bad magic)."
+
+
+class _Cursor:
+    def __init__(self, buf, path):
+        self.buf, self.pos, self.path = buf, 0, path
+
+    def take(self, n):
+        if n < 0 or self.pos + n > len(self.buf):
+            raise GGMLError(f"{self.path}: truncated whisper.cpp model at byte {self.pos}.")
+        start = self.pos
+        self.pos += n
+        return start
+
+    def ints(self, n):
+        return struct.unpack_from(f"<{n}i", self.buf, self.take(4 * n))
+
+
+def read(path):
+    """Read a whisper.cpp ggml .bin; tensor data are views into one read-only memory map."""
+    path = Path(path)
+    if not path.is_file():
+        raise GGMLError(f"{path}: no such file.")
+    buf = np.memmap(path, dtype=np.uint8, mode="r")
+    if len(buf) < 48 or struct.unpack_from("<I", buf, 0)[0] != MAGIC:
+        raise GGMLError(_diagnose(path, bytes(buf[:64])))
+    cur = _Cursor(buf, path)
+    cur.take(4)
+    hparams = dict(zip(HPARAMS, cur.ints(len(HPARAMS))))
+    n_mel, n_fft = cur.ints(2)
+    start = cur.take(4 * n_mel * n_fft)
+    filters = buf[start:cur.pos].view(np.float32).reshape(n_mel, n_fft)
+    (n_tokens,) = cur.ints(1)
+    tokens = []
+    for _ in range(n_tokens):
+        (length,) = cur.ints(1)
+        start = cur.take(length)
+        tokens.append(bytes(buf[start:cur.pos]))
+    model = WhisperGGML(path, hparams, filters, tokens)
+    while cur.pos < len(buf):
+        n_dims, name_len, qtype = cur.ints(3)
+        if not 0 < n_dims <= 4:
+            raise GGMLError(f"{path}: tensor with {n_dims} dims at byte {cur.pos}.")
+        ne = cur.ints(n_dims)
+        start = cur.take(name_len)
+        name = bytes(buf[start:cur.pos]).decode("utf-8", "replace")
+        model.tensors[name] = _tensor(cur, name, qtype, ne)
+    return model
+
+
+def _tensor(cur, name, qtype, ne):
+    try:
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
+    except (ValueError, KeyError):
+        raise GGMLError(f"{cur.path}: tensor {name} has unknown ggml type {qtype}.") from None
+    if ne[0] % block:
+        raise GGMLError(f"{cur.path}: tensor {name} rows of {ne[0]} are not whole blocks.")
+    n_rows = int(np.prod(ne[1:], dtype=np.int64))
+    row_bytes = ne[0] // block * block_bytes
+    start = cur.take(n_rows * row_bytes)
+    raw = cur.buf[start:cur.pos]
+    shape = tuple(reversed(ne))
+    if qtype == F32:
+        return Tensor(name, qtype, tuple(ne), raw.view(np.float32).reshape(shape))
+    if qtype == F16:
+        return Tensor(name, qtype, tuple(ne), raw.view(np.float16).reshape(shape))
+    return Tensor(name, qtype, tuple(ne), raw.reshape(n_rows, row_bytes))
+
+
+def write(path, hparams, mel_filters, tokens, tensors):
+    """Write a ggml .bin. tensors: (name, array) pairs; an array is f32 or f16 with numpy
+    shape reversed(ne), or a `Tensor` holding quantized rows as they go to the file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<I", MAGIC))
+        f.write(struct.pack(f"<{len(HPARAMS)}i", *(hparams[k] for k in HPARAMS)))
+        mel_filters = np.ascontiguousarray(mel_filters, dtype="<f4")
+        f.write(struct.pack("<2i", *mel_filters.shape))
+        f.write(mel_filters.tobytes())
+        f.write(struct.pack("<i", len(tokens)))
+        for token in tokens:
+            f.write(struct.pack("<i", len(token)))
+            f.write(token)
+        for name, array in tensors:
+            if isinstance(array, Tensor):
+                qtype, ne, data = array.qtype, array.ne, np.ascontiguousarray(array.data)
+            else:
+                qtype = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}[array.dtype]
+                ne = tuple(reversed(array.shape))
+                data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"))
+            encoded = name.encode()
+            f.write(struct.pack("<3i", len(ne), len(encoded), qtype))
+            f.write(struct.pack(f"<{len(ne)}i", *ne))
+            f.write(encoded)
+            f.write(data.tobytes())
+    tmp.replace(path)
+    return path
