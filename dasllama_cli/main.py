@@ -4,6 +4,7 @@ import click
 from .bench import bench_cmd
 from .generate import generate_cmd
 from .transcribe import transcribe_cmd
+from .tune import tune_cmd
 from .verify import verify_cmd
 
 
@@ -17,3 +18,4 @@ cli.add_command(generate_cmd, "generate")
 cli.add_command(transcribe_cmd, "transcribe")
 cli.add_command(verify_cmd, "verify")
 cli.add_command(bench_cmd, "bench")
+cli.add_command(tune_cmd, "tune")

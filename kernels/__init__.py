@@ -19,7 +19,9 @@ CACHE_DIR = os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("das
 
 def _source_hash():
     h = hashlib.sha256()
-    files = sorted(Path(__file__).parent.glob("*.py"))
+    # the tuner's own files compile nothing the decode step links in
+    files = sorted(f for f in Path(__file__).parent.glob("*.py")
+                   if f.name not in ("tune.py", "sidecar.py", "cpu.py", "bench_matmul.py"))
     core = importlib.util.find_spec("dasllama.core")
     if core is not None and core.submodule_search_locations:
         files += [Path(p) / "forward.py" for p in core.submodule_search_locations]
@@ -30,7 +32,10 @@ def _source_hash():
     return h.hexdigest()[:16]
 
 
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba", _source_hash()))
+from .sidecar import selection_tag  # noqa: E402  (plain Python: reads the choices, not numba)
+
+# the compiled decode step links in the chosen variants: one cache per choice of them
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba", _source_hash() + selection_tag()))
 
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
 

@@ -27,7 +27,9 @@ def _weights(qtype, n_rows, n_cols, rng):
         vals = rng.standard_normal(n_rows * n_cols).astype(np.float32)
         if qtype == Q.F16:
             return vals.astype(np.float16).view(np.uint8)
-        return vals.view(np.uint8) if qtype == Q.F32 else (vals.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        if qtype == Q.F32:
+            return vals.view(np.uint8)
+        return (vals.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)  # BF16, truncated
     for off in Q.F16_FIELDS[qtype]:  # sane scales: no inf/NaN/denormal arithmetic
         blocks[:, off:off + 2] = np.array([0.01], np.float16).view(np.uint8)
     return blocks.reshape(-1)
@@ -80,7 +82,8 @@ def main():
     args = ap.parse_args()
     qtypes = [getattr(Q, t.upper()) for t in args.types] or list(Q.SUPPORTED)
     for q in qtypes:
-        names = [n for n, _ in M.VARIANTS[q]] if args.variants else [M.ACTIVE[q]]
+        active = dict.fromkeys(M.ACTIVE[q, ph] for ph in M.PHASES)
+        names = [n for n, _ in M.VARIANTS[q]] if args.variants else list(active)
         bench(q, names, args.full)
 
 

@@ -11,7 +11,9 @@ sums into floats. On x86 (AVX2 and up) llama.cpp 0c1e570 does one of three thing
   int32 sum, `acc = fma(float(isum), dw*dx, acc)`, mins in a second accumulator subtracted
   at the end.
 * FLOAT (F32/F16/BF16): 4 accumulators x 16 lanes of fma over steps of 64, pairwise
-  reduced, then the tail summed in double (the AVX-512 ggml_vec_dot_f16).
+  reduced, then the tail summed in double (the AVX-512 ggml_vec_dot_f16). For two tokens or
+  more llamafile's tinyBLAS takes over where it can (rows % 4 == 0, cols % 16 == 0): one
+  16-lane fma accumulator per (row, token), then _mm512_reduce_add_ps.
 
 These are the references the fast kernels are tested against, bit for bit.
 """
@@ -188,6 +190,22 @@ def dot_float(qtype, w, p0, n_cols, xf):
 
 
 @njit(**JIT, inline="always")
+def float_gemm_applies(n_rows, n_cols, n_tokens):
+    """Whether llama.cpp multiplies float weights with tinyBLAS rather than vec_dot."""
+    return n_tokens >= 2 and n_rows % 4 == 0 and n_cols % 16 == 0
+
+
+@njit(**JIT)
+def dot_float_gemm(qtype, w, p0, n_cols, xf):
+    esize = 4 if qtype == F32 else 2
+    acc = np.zeros(16, np.float32)
+    for i in range(0, n_cols, 16):
+        for k in range(16):
+            acc[k] = fma_f32(_float_at(qtype, w, p0 + esize * (i + k)), xf[i + k], acc[k])
+    return reduce16(acc)
+
+
+@njit(**JIT, inline="always")
 def _float_at(qtype, w, p):
     if qtype == F32:
         return _f32_at(w, p)
@@ -197,10 +215,13 @@ def _float_at(qtype, w, p):
 
 
 @njit(**JIT)
-def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf):
-    """Row at byte p0 of w against one activation row (xq, xd, xa, xf of one token)."""
+def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, float_gemm):
+    """Row at byte p0 of w against one activation row (xq, xd, xa, xf of one token);
+    float_gemm: the tinyBLAS fold for float weights (see float_gemm_applies)."""
     fold = fold_of(qtype)
     if fold == FOLD_FLOAT:
+        if float_gemm:
+            return dot_float_gemm(qtype, w, p0, n_cols, xf)
         return dot_float(qtype, w, p0, n_cols, xf)
     if fold == FOLD_SCALAR:
         return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa)

@@ -142,9 +142,6 @@ class Gen:
         sfx = f"v{a.type.count}f32" if isinstance(a.type, ir.VectorType) else "f32"
         return self.intr(f"llvm.fma.{sfx}", a.type, [a, b, c])
 
-    def reduce_add_i32(self, v):
-        return self.intr(f"llvm.vector.reduce.add.v{v.type.count}i32", I32, [v])
-
     def hsum8(self, v):
         """hsum_float_8 order: (v0+v4 + v2+v6) + (v1+v5 + v3+v7)."""
         b = self.b
@@ -163,8 +160,14 @@ class Gen:
     def sum_lanes_of_each(self, vectors, ty):
         """Up to 8 vectors of 8 lanes -> one vector whose lane i is the sum of vectors[i]
         (missing ones count as zero). Three levels of pairwise even/odd adds, as phadd."""
-        vs = list(vectors) + [self.c(ty, 0 if ty.element == I32 else 0.0)] * (8 - len(vectors))
+        zero = self.c(ty, 0 if ty.element == I32 else 0.0)
         add = self.b.add if ty.element == I32 else self.b.fadd
+        if len(vectors) == 1:  # decode: one horizontal sum into lane 0
+            v = vectors[0]
+            for n in (4, 2, 1):
+                v = add(self.shuffle(v, v, range(n)), self.shuffle(v, v, range(n, 2 * n)))
+            return self.b.insert_element(zero, self.b.extract_element(v, self.c(I32, 0)), self.c(I32, 0))
+        vs = list(vectors) + [zero] * (8 - len(vectors))
         even, odd = list(range(0, 16, 2)), list(range(1, 16, 2))
         while len(vs) > 1:
             vs = [add(self.shuffle(vs[i], vs[i + 1], even), self.shuffle(vs[i], vs[i + 1], odd))

@@ -7,37 +7,48 @@ over row tiles. All integer sums are exact and every engine folds them as ggml d
 dots.py), so all variants of one format give bit-identical results: the tuner can race them
 freely, and tests assert equality with the plain reference.
 
-`matmul` dispatches on qtype to the active variant of each format; it is numba-callable from
-inside a compiled decode step. `set_active` swaps a variant and rebuilds `matmul` (do it
-before compiling callers, which freeze the dispatcher they saw).
+`matmul` dispatches on qtype and phase (one token: decode, more: prefill) to the active
+variant, ACTIVE[qtype, phase], as sidecar.py resolves it (pin, tuning sidecar, CPU profile,
+default), with per-shape winners where the sidecar has them; it is numba-callable from
+inside a compiled decode step.
+`set_active` swaps a variant and rebuilds `matmul` (do it before compiling callers, which
+freeze the dispatcher they saw).
 """
-import hashlib
-import os
+import warnings
 
 import numpy as np
 import numba
 from numba import njit
 
-from . import quants as Q
-from . import simd
+from . import sidecar, simd
 from .actq import act_buffers, act_kind, quantize_act
-from .dots import dot_ref
-from .quants import (BF16, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
-                     Q8_0, SUPPORTED, dequantize, dequantize_row, row_bytes)
+from .dots import dot_ref, float_gemm_applies
+from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
+                     Q5_K, Q6_K, Q8_0, SUPPORTED, dequantize, dequantize_row, row_bytes, type_name)
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
-           "dequantize_row", "VARIANTS", "ACTIVE", "build_kernel", "set_active", "matmul_ref",
-           "SOURCES_STAMP"]
+           "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref"]
 
 # Tile plans, one list per format; the first is the default until a tuner says otherwise.
 #   rows/tokens: register tile (rows x tokens share each weight/activation load)
 #   engine: "ref" plain numba loops (dots.py), "simd" vector IR (simd.py)
-_REF = [("ref_1x1", dict(engine="ref", rows=1, tokens=1)),
-        ("ref_4x4", dict(engine="ref", rows=4, tokens=4))]
+_REF = [("ref", dict(engine="ref", rows=1, tokens=1))]
 VARIANTS = {q: list(_REF) for q in SUPPORTED}
 for _q in simd.FORMATS:
     VARIANTS[_q] = simd.variants(_q) + VARIANTS[_q]
-ACTIVE = {q: VARIANTS[q][0][0] for q in SUPPORTED}
+PHASES = sidecar.PHASES
+
+
+def _resolve_active():
+    """{(qtype, phase): variant} and {(qtype, phase, rows, cols): variant} overrides: a pin,
+    this machine's tuning sidecar, a shipped CPU profile, else the first of VARIANTS."""
+    choices, notes = sidecar.resolve(VARIANTS)
+    for note in notes:
+        warnings.warn(note, sidecar.SidecarWarning, stacklevel=2)
+    return {key: choice.variant for key, choice in choices.items()}
+
+
+ACTIVE = _resolve_active()
 
 _built = {}
 
@@ -58,13 +69,14 @@ def _make_ref_kernel(qtype, rows, tokens):
     @njit(**JIT, parallel=True)
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
         rb = row_bytes(qtype, n_cols)
+        gemm = float_gemm_applies(n_rows, n_cols, n_tokens)
         for tile in numba.prange((n_rows + rows - 1) // rows):
             r0 = tile * rows
             r1 = min(n_rows, r0 + rows)
             for t0 in range(0, n_tokens, tokens):
                 for r in range(r0, r1):
                     for t in range(t0, min(n_tokens, t0 + tokens)):
-                        out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t])
+                        out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t], gemm)
     return kernel
 
 
@@ -72,84 +84,130 @@ def _make_ref_kernel(qtype, rows, tokens):
 def matmul_ref(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
     """The plain reference: one dot_ref per (row, token)."""
     rb = row_bytes(qtype, n_cols)
+    gemm = float_gemm_applies(n_rows, n_cols, n_tokens)
     for r in numba.prange(n_rows):
         for t in range(n_tokens):
-            out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t])
+            out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t], gemm)
 
 
-def _sources_stamp():
-    """Hash of this package's kernel sources. numba keys a closure's cache entry on its cell
-    values, so capturing this makes `matmul` recompile when any kernel file changes (numba
-    itself only watches the file a function is defined in)."""
-    h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(f.read())
-    return int.from_bytes(h.digest()[:7], "little")
+# The active kernels, as module globals: numba freezes them into `matmul` when it compiles.
+# `matmul` captures only the selection text, so its disk-cache key changes with the selection
+# (a captured dispatcher would not do: it pickles with a random uuid, missing the cache).
+_kd_f32 = _kp_f32 = None
+_kd_f16 = _kp_f16 = None
+_kd_bf16 = _kp_bf16 = None
+_kd_q8_0 = _kp_q8_0 = None
+_kd_q4_0 = _kp_q4_0 = None
+_kd_q4_1 = _kp_q4_1 = None
+_kd_q5_0 = _kp_q5_0 = None
+_kd_q5_1 = _kp_q5_1 = None
+_kd_q2_k = _kp_q2_k = None
+_kd_q3_k = _kp_q3_k = None
+_kd_q4_k = _kp_q4_k = None
+_kd_q5_k = _kp_q5_k = None
+_kd_q6_k = _kp_q6_k = None
 
 
-SOURCES_STAMP = _sources_stamp()
+def _bind_active():
+    """Point the _kd_* (decode) and _kp_* (prefill) globals at the active kernels."""
+    names = {F32: "f32", F16: "f16", BF16: "bf16", Q8_0: "q8_0", Q4_0: "q4_0", Q4_1: "q4_1",
+             Q5_0: "q5_0", Q5_1: "q5_1", Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k",
+             Q6_K: "q6_k"}
+    for q, short in names.items():
+        globals()["_kd_" + short] = sidecar.shape_kernel(q, "decode", ACTIVE, build_kernel)
+        globals()["_kp_" + short] = sidecar.shape_kernel(q, "prefill", ACTIVE, build_kernel)
+    return ",".join(f"{key}={name}" for key, name in sorted(ACTIVE.items(), key=str))
 
 
 def _build_matmul():
-    k = {q: build_kernel(q, ACTIVE[q]) for q in SUPPORTED}
-    stamp = SOURCES_STAMP
-    k_f32, k_f16, k_bf16, k_q8_0, k_q4_0, k_q4_1 = k[F32], k[F16], k[BF16], k[Q8_0], k[Q4_0], k[Q4_1]
-    k_q5_0, k_q5_1, k_q2_k, k_q3_k, k_q4_k, k_q5_k, k_q6_k = (
-        k[Q5_0], k[Q5_1], k[Q2_K], k[Q3_K], k[Q4_K], k[Q5_K], k[Q6_K])
+    selection = _bind_active()
 
     @njit(**JIT)
     def matmul(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-        """out[:n_tokens, :n_rows] (T, R) = W (R, C) of `qtype` times the quantised x rows."""
-        _ = stamp  # noqa: F841  (part of the cache key, see _sources_stamp)
-        if qtype == Q8_0:
-            k_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q4_K:
-            k_q4_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q6_K:
-            k_q6_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q5_0:
-            k_q5_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q4_0:
-            k_q4_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q4_1:
-            k_q4_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q5_1:
-            k_q5_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q2_K:
-            k_q2_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q3_K:
-            k_q3_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q5_K:
-            k_q5_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == F16:
-            k_f16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == BF16:
-            k_bf16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == F32:
-            k_f32(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        """out[:n_tokens, :n_rows] (T, R) = W (R, C) of `qtype` times the quantised x rows.
+
+        w: the matrix bytes (R * row_bytes,) uint8; xq/xd/xa/xf: activation buffers filled by
+        quantize_act (T rows used); every array row-contiguous (out[t] and xq[t] plain rows).
+        One token runs the decode variant of the format, more the prefill variant."""
+        _ = selection  # noqa: F841  (the cache key, see above)
+        if n_tokens == 1:
+            if qtype == Q8_0:
+                _kd_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_K:
+                _kd_q4_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q6_K:
+                _kd_q6_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q5_0:
+                _kd_q5_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_0:
+                _kd_q4_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_1:
+                _kd_q4_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q5_1:
+                _kd_q5_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q2_K:
+                _kd_q2_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q3_K:
+                _kd_q3_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q5_K:
+                _kd_q5_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == F16:
+                _kd_f16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == BF16:
+                _kd_bf16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == F32:
+                _kd_f32(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        else:
+            if qtype == Q8_0:
+                _kp_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_K:
+                _kp_q4_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q6_K:
+                _kp_q6_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q5_0:
+                _kp_q5_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_0:
+                _kp_q4_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_1:
+                _kp_q4_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q5_1:
+                _kp_q5_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q2_K:
+                _kp_q2_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q3_K:
+                _kp_q3_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q5_K:
+                _kp_q5_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == F16:
+                _kp_f16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == BF16:
+                _kp_bf16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == F32:
+                _kp_f32(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
     return matmul
 
 
 matmul = _build_matmul()
 
 
-def set_active(qtype, name):
-    """Make variant `name` the one `matmul` uses for `qtype`; returns the new `matmul`."""
+def set_active(qtype, name, phase=None):
+    """Make variant `name` the one `matmul` uses for `qtype` in `phase` ("decode", "prefill",
+    None for both); returns the new `matmul`."""
     global matmul
     if name not in dict(VARIANTS[qtype]):
         raise KeyError(f"no variant {name!r} for type {qtype}; have {[n for n, _ in VARIANTS[qtype]]}")
-    ACTIVE[qtype] = name
+    for ph in PHASES if phase is None else (phase,):
+        ACTIVE[qtype, ph] = name
+        for key in [k for k in ACTIVE if len(k) == 4 and k[:2] == (qtype, ph)]:
+            del ACTIVE[key]  # per-shape winners of the old choice
     matmul = _build_matmul()
     return matmul
 
 
 def matmul_f32(qtype, w, n_rows, n_cols, x, variant=None):
     """(T, R) = x (T, C) f32 times W (R, C): quantises x as ggml would, then multiplies."""
-    if n_cols % Q.BLOCK_ELEMS[qtype]:
-        raise ValueError(f"{n_cols} columns is not a whole number of {Q.type_name(qtype)} blocks")
+    if n_cols % BLOCK_ELEMS[qtype]:
+        raise ValueError(f"{n_cols} columns is not a whole number of {type_name(qtype)} blocks")
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, n_cols)
     w = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
     n_tokens = x.shape[0]

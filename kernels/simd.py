@@ -17,73 +17,10 @@ from numba.extending import intrinsic
 
 from .blockdots import FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, vec
+from .dots import float_gemm_applies
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
 
 FORMATS = tuple(FMTS) + (F16, BF16, F32)
-
-
-def _load_float16x(g, qtype, base, off):
-    """16 weights of a float type at base+off as <16 x f32> (exact widening)."""
-    if qtype == F32:
-        return g.load(base, off, V16F32)
-    if qtype == F16:
-        return g.b.fpext(g.load(base, off, vec(HALF, 16)), V16F32)
-    bits = g.b.zext(g.load(base, off, vec(I16, 16)), V16I32)  # BF16: the high half of an f32
-    return g.b.bitcast(g.b.shl(bits, g.c(V16I32, 16)), V16F32)
-
-
-def _load_float1(g, qtype, base, off):
-    if qtype == F32:
-        return g.load(base, off, F32T)
-    if qtype == F16:
-        return g.f16(base, off)
-    return g.b.bitcast(g.b.shl(g.b.zext(g.load(base, off, I16), I32), g.c(I32, 16)), F32T)
-
-
-def emit_float_tile(g, qtype, rows, tokens, args):
-    """ggml_vec_dot_f16 (AVX-512): 4 x 16 fma lanes per step of 64, pairwise reduce, tail in
-    double. `n_blocks` carries n_cols here."""
-    (w, row_stride, n_rows, x, x_stride, _, _, _, _, n_tok, n_cols, out, out_stride) = args
-    b = g.b
-    esize = 4 if qtype == F32 else 2
-    rows_p = [g.at(w, b.mul(_clamp(g, r, n_rows), row_stride)) for r in range(rows)]
-    toks_p = [g.at(x, b.mul(_clamp(g, t, n_tok), x_stride)) for t in range(tokens)]
-    steps = b.sdiv(n_cols, g.c(I64, 64))
-    zero = g.c(V16F32, 0.0)
-    init = [zero] * (4 * rows * tokens)
-
-    def step(i, acc):
-        e0 = b.mul(i, g.c(I64, 64))
-        W = [[_load_float16x(g, qtype, rows_p[r], b.mul(b.add(e0, g.c(I64, 16 * j)), g.c(I64, esize)))
-              for j in range(4)] for r in range(rows)]
-        X = [[g.load(toks_p[t], b.mul(b.add(e0, g.c(I64, 16 * j)), g.c(I64, 4)), V16F32)
-              for j in range(4)] for t in range(tokens)]
-        return [g.fma(W[r][j], X[t][j], acc[(r * tokens + t) * 4 + j])
-                for r in range(rows) for t in range(tokens) for j in range(4)]
-
-    acc = _loop(g, g.c(I64, 0), steps, init, step)
-    sums = []
-    for pr in range(rows * tokens):
-        a = acc[4 * pr: 4 * pr + 4]
-        a0 = b.fadd(b.fadd(a[0], a[2]), b.fadd(a[1], a[3]))
-        s8 = b.fadd(g.shuffle(a0, a0, range(8)), g.shuffle(a0, a0, range(8, 16)))
-        s4 = b.fadd(g.shuffle(s8, s8, range(4)), g.shuffle(s8, s8, range(4, 8)))
-        s2 = b.fadd(g.shuffle(s4, s4, [0, 1]), g.shuffle(s4, s4, [2, 3]))
-        tot = b.fadd(b.extract_element(s2, g.c(I32, 0)), b.extract_element(s2, g.c(I32, 1)))
-        sums.append(b.fpext(tot, F64T))
-
-    def tail(e, acc):
-        out_ = []
-        for r in range(rows):
-            wv = _load_float1(g, qtype, rows_p[r], b.mul(e, g.c(I64, esize)))
-            for t in range(tokens):
-                xv = g.load(toks_p[t], b.mul(e, g.c(I64, 4)), F32T)
-                out_.append(b.fadd(acc[r * tokens + t], b.fpext(b.fmul(wv, xv), F64T)))
-        return out_
-
-    sums = _loop(g, b.mul(steps, g.c(I64, 64)), n_cols, sums, tail)
-    _store(g, rows, tokens, n_rows, n_tok, out, out_stride,
-           [b.fptrunc(v, F32T) for v in sums])
 
 
 # --- the tile loop ---------------------------------------------------------------------------
@@ -156,17 +93,98 @@ def emit_tile(g, fmt, qtype, rows, tokens, args):
     _store(g, rows, tokens, n_rows, n_tok, out, out_stride, fmt.finish_tile(g, acc))
 
 
+def _load_float16x(g, qtype, base, off):
+    """16 weights of a float type at base+off as <16 x f32> (exact widening)."""
+    if qtype == F32:
+        return g.load(base, off, V16F32)
+    if qtype == F16:
+        return g.b.fpext(g.load(base, off, vec(HALF, 16)), V16F32)
+    bits = g.b.zext(g.load(base, off, vec(I16, 16)), V16I32)  # BF16: the high half of an f32
+    return g.b.bitcast(g.b.shl(bits, g.c(V16I32, 16)), V16F32)
+
+
+def _load_float1(g, qtype, base, off):
+    if qtype == F32:
+        return g.load(base, off, F32T)
+    if qtype == F16:
+        return g.f16(base, off)
+    return g.b.bitcast(g.b.shl(g.b.zext(g.load(base, off, I16), I32), g.c(I32, 16)), F32T)
+
+
+def _reduce16(g, v):
+    """_mm512_reduce_add_ps as gcc expands it: halves 8, 4, 2, 1."""
+    b = g.b
+    s8 = b.fadd(g.shuffle(v, v, range(8)), g.shuffle(v, v, range(8, 16)))
+    s4 = b.fadd(g.shuffle(s8, s8, range(4)), g.shuffle(s8, s8, range(4, 8)))
+    s2 = b.fadd(g.shuffle(s4, s4, [0, 1]), g.shuffle(s4, s4, [2, 3]))
+    return b.fadd(b.extract_element(s2, g.c(I32, 0)), b.extract_element(s2, g.c(I32, 1)))
+
+
+def emit_float_tile(g, qtype, rows, tokens, args, gemm):
+    """Float weights, `n_blocks` carrying n_cols. gemm=False: ggml_vec_dot_f16 (AVX-512),
+    4 x 16 fma lanes per step of 64, pairwise reduce, tail in double. gemm=True: tinyBLAS,
+    one 16-lane fma accumulator per pair over steps of 16 (n_cols % 16 == 0), then reduce."""
+    (w, row_stride, n_rows, x, x_stride, _, _, _, _, n_tok, n_cols, out, out_stride) = args
+    b = g.b
+    esize = 4 if qtype == F32 else 2
+    rows_p = [g.at(w, b.mul(_clamp(g, r, n_rows), row_stride)) for r in range(rows)]
+    toks_p = [g.at(x, b.mul(_clamp(g, t, n_tok), x_stride)) for t in range(tokens)]
+    if gemm:
+        def step16(i, acc):
+            e0 = b.mul(i, g.c(I64, 16))
+            W = [_load_float16x(g, qtype, rows_p[r], b.mul(e0, g.c(I64, esize))) for r in range(rows)]
+            X = [g.load(toks_p[t], b.mul(e0, g.c(I64, 4)), V16F32) for t in range(tokens)]
+            return [g.fma(W[r], X[t], acc[r * tokens + t]) for r in range(rows) for t in range(tokens)]
+
+        init = [g.c(V16F32, 0.0)] * (rows * tokens)
+        acc = _loop(g, g.c(I64, 0), b.sdiv(n_cols, g.c(I64, 16)), init, step16)
+        _store(g, rows, tokens, n_rows, n_tok, out, out_stride, [_reduce16(g, a) for a in acc])
+        return
+    steps = b.sdiv(n_cols, g.c(I64, 64))
+    zero = g.c(V16F32, 0.0)
+    init = [zero] * (4 * rows * tokens)
+
+    def step(i, acc):
+        e0 = b.mul(i, g.c(I64, 64))
+        W = [[_load_float16x(g, qtype, rows_p[r], b.mul(b.add(e0, g.c(I64, 16 * j)), g.c(I64, esize)))
+              for j in range(4)] for r in range(rows)]
+        X = [[g.load(toks_p[t], b.mul(b.add(e0, g.c(I64, 16 * j)), g.c(I64, 4)), V16F32)
+              for j in range(4)] for t in range(tokens)]
+        return [g.fma(W[r][j], X[t][j], acc[(r * tokens + t) * 4 + j])
+                for r in range(rows) for t in range(tokens) for j in range(4)]
+
+    acc = _loop(g, g.c(I64, 0), steps, init, step)
+    sums = []
+    for pr in range(rows * tokens):
+        a = acc[4 * pr: 4 * pr + 4]
+        sums.append(b.fpext(_reduce16(g, b.fadd(b.fadd(a[0], a[2]), b.fadd(a[1], a[3]))), F64T))
+
+    def tail(e, acc):
+        out_ = []
+        for r in range(rows):
+            wv = _load_float1(g, qtype, rows_p[r], b.mul(e, g.c(I64, esize)))
+            for t in range(tokens):
+                xv = g.load(toks_p[t], b.mul(e, g.c(I64, 4)), F32T)
+                out_.append(b.fadd(acc[r * tokens + t], b.fpext(b.fmul(wv, xv), F64T)))
+        return out_
+
+    sums = _loop(g, b.mul(steps, g.c(I64, 64)), n_cols, sums, tail)
+    _store(g, rows, tokens, n_rows, n_tok, out, out_stride,
+           [b.fptrunc(v, F32T) for v in sums])
+
+
 _tiles = {}
 
 
-def tile_intrinsic(qtype, rows, tokens, vnni=False):
+def tile_intrinsic(qtype, rows, tokens, vnni=False, gemm=False):
     """numba intrinsic tile(w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride,
-    n_tok, n_blocks, out, out_stride): addresses as uint64/int64, strides in bytes."""
-    key = (qtype, rows, tokens, vnni)
+    n_tok, n_blocks, out, out_stride): addresses as uint64/int64, strides in bytes.
+    vnni: vpdpbusd lanes; gemm: the tinyBLAS fold for float weights."""
+    key = (qtype, rows, tokens, vnni, gemm)
     if key in _tiles:
         return _tiles[key]
     fmt = FMTS.get(qtype)
-    name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}"
+    name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}{'_gemm' if gemm else ''}"
 
     def build_function(module):
         fnty = ir.FunctionType(ir.VoidType(), [I64] * 13)
@@ -180,7 +198,7 @@ def tile_intrinsic(qtype, rows, tokens, vnni=False):
         ptr = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 3, 5, 7, 11)]
         args = (ptr[0], a[1], a[2], ptr[1], a[4], ptr[2], a[6], ptr[3], a[8], a[9], a[10], ptr[4], a[12])
         if fmt is None:
-            emit_float_tile(g, qtype, rows, tokens, args)
+            emit_float_tile(g, qtype, rows, tokens, args, gemm)
         else:
             emit_tile(g, fmt, qtype, rows, tokens, args)
         b.ret_void()
@@ -199,6 +217,9 @@ def tile_intrinsic(qtype, rows, tokens, vnni=False):
 
         return sig, codegen
 
+    # numba keys a closure's disk cache on its pickled cells: a random intrinsic uuid would
+    # make every kernel that captures this tile miss the cache in each new process
+    tile._set_uuid(f"dasllama.simd.{name}")
     _tiles[key] = tile
     return tile
 
@@ -216,9 +237,9 @@ _K_PLANS = [("simd_r2t4", dict(rows=2, tokens=4, rows1=1)),
             ("simd_r4t4", dict(rows=4, tokens=4, rows1=1)),
             ("simd_r4t2", dict(rows=4, tokens=2, rows1=1)),
             ("simd_r1t4", dict(rows=1, tokens=4, rows1=1))]
-_F_PLANS = [("simd_r2t2", dict(rows=2, tokens=2, rows1=1)),
-            ("simd_r1t3", dict(rows=1, tokens=3, rows1=1)),
-            ("simd_r3t1", dict(rows=3, tokens=1, rows1=1))]
+_F_PLANS = [("simd_r4t4", dict(rows=4, tokens=4, rows1=1)),
+            ("simd_r2t6", dict(rows=2, tokens=6, rows1=1)),
+            ("simd_r6t2", dict(rows=6, tokens=2, rows1=1))]
 
 # prefill walks token chunks whose activations stay in L2 while all row tiles pass over them
 _ACT_CHUNK_BYTES = 256 * 1024
@@ -246,11 +267,14 @@ def variants(qtype):
 
 def make_kernel(qtype, rows, tokens, rows1, vnni=False):
     """kernel(w, R, C, xq, xd, xa, xf, T, out): (rows x tokens) tiles over full token tiles,
-    then the leftover tokens one at a time with (rows1 x 1) tiles (T=1 decode is all leftover)."""
-    main = tile_intrinsic(qtype, rows, tokens, vnni)
-    single = tile_intrinsic(qtype, rows1, 1, vnni)
-    be = int(BLOCK_ELEMS[qtype])
+    then the leftover tokens one at a time with (rows1 x 1) tiles (T=1 decode is all leftover).
+    Float weights take the tinyBLAS fold for every token when llama.cpp would (T >= 2 and the
+    shape allows it), else the vec_dot fold, one token at a time."""
     is_float = qtype in (F16, BF16, F32)
+    main = tile_intrinsic(qtype, rows, tokens, vnni, gemm=is_float)
+    single = tile_intrinsic(qtype, rows1, 1, vnni)
+    single_gemm = tile_intrinsic(qtype, rows1, 1, vnni, gemm=is_float)
+    be = int(BLOCK_ELEMS[qtype])
 
     @njit(**JIT, parallel=True)
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
@@ -261,7 +285,8 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False):
         xs = xf.strides[0] if is_float else xq.strides[0]
         dp, ap, op = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data), np.int64(out.ctypes.data)
         ds, as_, os = xd.strides[0], xa.strides[0], out.strides[0]
-        n_full = n_tokens // tokens * tokens
+        gemm = is_float and float_gemm_applies(n_rows, n_cols, n_tokens)
+        n_full = n_tokens // tokens * tokens if gemm or not is_float else 0
         chunk = max(tokens, min(n_full, _ACT_CHUNK_BYTES // max(xs, 1)) // tokens * tokens)
         for c0 in range(0, n_full, chunk):
             c1 = min(n_full, c0 + chunk)
@@ -276,6 +301,10 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False):
                 r0 = tile * rows1
                 nr = min(rows1, n_rows - r0)
                 for t in range(n_full, n_tokens):
-                    single(wp + r0 * rb, rb, nr, xp + t * xs, xs, dp + t * ds, ds, ap + t * as_, as_,
-                           1, nb, op + t * os + 4 * r0, os)
+                    args = (wp + r0 * rb, rb, nr, xp + t * xs, xs, dp + t * ds, ds, ap + t * as_, as_,
+                            1, nb, op + t * os + 4 * r0, os)
+                    if gemm:
+                        single_gemm(*args)
+                    else:
+                        single(*args)
     return kernel

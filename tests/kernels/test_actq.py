@@ -80,7 +80,8 @@ def test_q8_k_matches_ggml_reference_formula():
             q = np.minimum(np.rint(iscale * blk), 127).astype(np.int8)  # nearest_int: nearest even
             np.testing.assert_array_equal(xq[t, 256 * b:256 * (b + 1)], q)
             assert xd[t, b] == np.float32(1) / iscale
-            np.testing.assert_array_equal(xa[t, 16 * b:16 * (b + 1)], q.reshape(16, 16).sum(-1, dtype=np.int32))
+            bsums = q.reshape(16, 16).sum(-1, dtype=np.int32)
+            np.testing.assert_array_equal(xa[t, 16 * b:16 * (b + 1)], bsums)
 
 
 @pytest.mark.parametrize("kind,dtype", [(A.ACT_F16, np.float16), (A.ACT_F32, np.float32)])

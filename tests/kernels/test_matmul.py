@@ -98,14 +98,22 @@ def test_every_variant_is_bit_identical_to_the_reference(qtype):
 
 
 @pytest.mark.parametrize("qtype", [pytest.param(q, id=Q.type_name(q)) for q in (Q.F16, Q.BF16, Q.F32)])
-@pytest.mark.parametrize("n_cols", [32, 96])
-def test_float_variants_with_a_tail_shorter_than_a_step(qtype, n_cols):
-    # ggml sums the last n_cols % 64 elements in double after the 64-wide fma steps
-    w, x = _case(qtype, n_rows=5, n_cols=n_cols, n_tokens=3, seed=4)
+@pytest.mark.parametrize("n_rows,n_cols", [(5, 32), (5, 96), (8, 48), (8, 40)])
+def test_float_variants_on_both_ggml_folds(qtype, n_rows, n_cols):
+    # vec_dot sums the last n_cols % 64 in double after 64-wide fma steps; tinyBLAS (T >= 2,
+    # rows % 4 == 0, cols % 16 == 0) keeps one 16-lane accumulator: (8, 48) takes it
+    w, x = _case(qtype, n_rows=n_rows, n_cols=n_cols, n_tokens=7, seed=4)
     ref, _ = _ref(qtype, w, x)
     for name, _ in M.VARIANTS[qtype]:
-        got = M.matmul_f32(qtype, w, 5, n_cols, x, variant=name)
+        got = M.matmul_f32(qtype, w, n_rows, n_cols, x, variant=name)
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+
+
+def test_float_folds_agree_closely_across_the_switch():
+    w, x = _case(Q.F16, n_rows=8, n_cols=48, n_tokens=2, seed=5)
+    both = M.matmul_f32(Q.F16, w, 8, 48, x)        # tinyBLAS for the pair of tokens
+    one = M.matmul_f32(Q.F16, w, 8, 48, x[:1])     # vec_dot for a single token
+    np.testing.assert_allclose(both[0], one[0], rtol=1e-5, atol=1e-5)
 
 
 @numba.njit
@@ -126,11 +134,13 @@ def test_matmul_is_callable_from_njit():
 
 def test_set_active_switches_the_dispatched_variant():
     qtype = Q.Q5_0
-    before = M.ACTIVE[qtype]
+    before = {ph: M.ACTIVE[qtype, ph] for ph in M.PHASES}
     try:
-        mm = M.set_active(qtype, "ref_4x4")
-        assert M.ACTIVE[qtype] == "ref_4x4" and mm is M.matmul
+        mm = M.set_active(qtype, "ref", phase="prefill")
+        assert M.ACTIVE[qtype, "prefill"] == "ref" and M.ACTIVE[qtype, "decode"] == before["decode"]
+        assert mm is M.matmul
         with pytest.raises(KeyError):
             M.set_active(qtype, "no_such_variant")
     finally:
-        M.set_active(qtype, before)
+        for ph, name in before.items():
+            M.set_active(qtype, name, phase=ph)

@@ -1,0 +1,146 @@
+"""`dasllama tune`: race the kernel variants on this machine for a model's shapes, keep the winners."""
+import os
+import subprocess
+import sys
+
+import click
+from tqdm import tqdm
+
+from dasllama import kernels
+from dasllama.core import default_model_path
+from dasllama.formats.gguf import open_gguf
+from dasllama.kernels import matmul, sidecar
+from dasllama.kernels.tune import Noisy, model_shapes, tune
+
+from .errors import USER_ERRORS
+
+
+@click.command()
+@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
+              help="GGUF model to tune for: its weight formats and shapes (default: the installed default model).")
+@click.option("--budget", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Seconds of timing races; compiling the variants comes on top.")
+@click.option("-t", "--threads", type=click.IntRange(1), default=None,
+              help="Threads to race with (default: numba's, as generation uses).")
+@click.option("--show", is_flag=True, help="Print the variant in force for each weight type and why, and exit.")
+@click.option("--reset", is_flag=True, help="Delete this machine's tuning sidecar (then tune, if -m is given).")
+@click.option("--force", is_flag=True,
+              help="Tune even on a busy machine, and race again what the sidecar already holds.")
+@click.option("--no-warm", is_flag=True,
+              help="Do not compile the decode step with the new winners now (the next run will).")
+def tune_cmd(model_path, budget, threads, show, reset, force, no_warm):
+    """Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)."""
+    if reset:
+        path = sidecar.sidecar_path()
+        if path.exists():
+            path.unlink()
+            click.echo(f"tune: removed {path}", err=True)
+        else:
+            click.echo(f"tune: no sidecar at {path}", err=True)
+    if show:
+        click.echo(render_in_force(model_qtypes(model_path) if model_path else None), nl=False)
+        return
+    if reset and not model_path:
+        return
+    path = model_path or _default_model()
+    try:
+        shapes = model_shapes(open_gguf(path))
+    except USER_ERRORS as e:
+        raise click.ClickException(str(e)) from None
+    if not shapes:
+        raise click.ClickException(f"{path} has no matrix weights of a format dasllama multiplies: nothing to tune.")
+    tag_before = sidecar.selection_tag()
+    n_types = len({s.qtype for s in shapes})
+    with tqdm(total=n_types + len(shapes), desc="tune", unit="step", file=sys.stderr,
+              disable=not sys.stderr.isatty(), leave=False) as bar:
+        def on_step(what):
+            if what.startswith("duel"):
+                bar.total += 1
+            bar.set_description(what)
+            bar.update(1)
+        try:
+            report = tune(shapes, budget_s=budget, force=force, threads=threads, on_step=on_step,
+                          model=os.path.abspath(path))
+        except Noisy as e:
+            raise click.ClickException(str(e)) from None
+    click.echo(render_report(report), nl=False)
+    _tell(report)
+    if not report.skipped and sidecar.selection_tag() != tag_before and not no_warm:
+        warm(path)
+
+
+def _default_model():
+    try:
+        return default_model_path()
+    except USER_ERRORS as e:
+        raise click.ClickException(f"{e} Or name one with -m.") from None
+
+
+def model_qtypes(path):
+    try:
+        return {s.qtype for s in model_shapes(open_gguf(path))}
+    except USER_ERRORS as e:
+        raise click.ClickException(str(e)) from None
+
+
+def render_report(report):
+    """The winners table: per weight type and phase, the default, the winner, their times
+    summed over the model's tensors (decode: one token; prefill: PREFILL_TOKENS) and the gain."""
+    rows = []
+    for o in report.outcomes:
+        n = len(o.shape_winners)
+        winner = o.winner + (f" (+{n} shape{'s' * (n > 1)})" if n else "")
+        rows.append([sidecar.type_name(o.qtype), o.phase, str(o.n_shapes), o.default, winner,
+                     f"{o.default_s * 1e3:.3f}", f"{o.chosen_s * 1e3:.3f}", f"{o.gain:.2f}x"])
+    return table(["type", "phase", "shapes", "default", "winner", "default ms", "winner ms", "gain"], rows)
+
+
+def _tell(report):
+    """The how and why on stderr: sidecar, noise, time, rejected variants, lost duels."""
+    if report.skipped:
+        click.echo(f"tune: {report.path} already covers this model; --force races again.", err=True)
+        return
+    click.echo(f"tune: wrote {report.path} (noise {report.noise:.1%}, {report.seconds:.0f} s)", err=True)
+    for (tname, variant), why in sorted(report.rejected.items()):
+        click.echo(f"tune: the correctness gate rejected {tname} {variant}: {why}", err=True)
+    for note in report.notes:
+        click.echo(f"tune: {note}", err=True)
+
+
+def render_in_force(qtypes=None):
+    """What runs for each weight type and phase, where that choice comes from, and what was
+    refused or skipped on the way."""
+    choices, notes = sidecar.resolve(matmul.VARIANTS)
+    doc, refusal = sidecar.read()
+    rows = []
+    for key, choice in sorted(choices.items(), key=lambda kv: (sidecar.type_name(kv[0][0]), kv[0][1:])):
+        if qtypes is None or key[0] in qtypes:
+            phase = key[1] if len(key) == 2 else sidecar.shape_key(*key[1:])
+            rows.append([sidecar.type_name(key[0]), phase, choice.variant, choice.source])
+    text = table(["type", "phase", "variant", "source"], rows)
+    path = sidecar.sidecar_path()
+    if doc:
+        prov = doc["provenance"]
+        status = (f"tuned {prov.get('created')} in {prov.get('seconds')} s, noise {prov.get('noise', 0):.1%}"
+                  + (" (forced)" if prov.get("forced") else ""))
+    else:
+        status = str(refusal) if refusal else "none"
+    text += f"\nsidecar: {path}: {status}\n"
+    return text + "".join(f"note: {n}\n" for n in notes)
+
+
+def table(head, rows):
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() + "\n"
+    return line(head) + "".join(line(r) for r in rows)
+
+
+def warm(path):
+    """Compile the decode step with the winners just written, in a fresh process (the variants
+    are linked into it, so it is compiled once per choice of winners and cached)."""
+    click.echo("tune: compiling the decode step with the new winners (once; the numba cache keeps it)", err=True)
+    env = dict(os.environ)
+    if env.get("NUMBA_CACHE_DIR", "").startswith(os.path.join(kernels.CACHE_DIR, "numba")):
+        del env["NUMBA_CACHE_DIR"]   # ours, named after the old winners: let the child name its own
+    code = "import sys; from dasllama.core import load; load(sys.argv[1], n_ctx=64).eval([0, 0])"
+    subprocess.run([sys.executable, "-c", code, os.fspath(path)], env=env, check=False)

@@ -1,0 +1,331 @@
+"""Which matmul variant runs, and why: the tuning sidecar and the precedence over it.
+
+For each weight format and phase (decode: one token; prefill: many) the variant in force is
+the first of
+    a pin       DASLLAMA_KERNELS="Q8_0=simd_r4t4,Q4_K:prefill=simd_r2t4"
+    the sidecar tune.json in DASLLAMA_CONFIG or platformdirs.user_config_dir("dasllama"),
+                written by `dasllama tune` on this machine
+    a profile   kernels/profiles/<cpu class>.json, shipped, for the most specific class of
+                this CPU that has one (x86-avx512-vnni > x86-avx512 > x86-avx2 > generic)
+    the default the first of the format's VARIANTS
+A sidecar from another machine, another version, or one that cannot be read is refused as a
+whole with a named reason; an entry naming a variant that this build does not offer is skipped.
+Plain Python (no numba): the kernel package resolves this before it compiles anything.
+"""
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+from gguf.constants import GGMLQuantizationType
+
+from . import cpu
+
+FORMAT = 1
+PHASES = ("decode", "prefill")
+PIN_ENV = "DASLLAMA_KERNELS"
+CONFIG_ENV = "DASLLAMA_CONFIG"
+PROFILES = Path(__file__).parent / "profiles"
+# files of the tuner itself: editing them does not change how fast a kernel runs
+_NOT_KERNELS = {"tune.py", "sidecar.py", "cpu.py", "bench_matmul.py"}
+
+
+class SidecarWarning(UserWarning):
+    """A sidecar or pin that was not used, and why."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str    # "unreadable", "other format", "other machine", "other version", "kernels changed"
+    detail: str
+
+    def __str__(self):
+        return f"{self.reason}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    variant: str
+    source: str    # "pin", "sidecar", "profile <class>", "default"
+
+
+def config_dir():
+    return Path(os.environ.get(CONFIG_ENV) or platformdirs.user_config_dir("dasllama"))
+
+
+def sidecar_path():
+    return config_dir() / "tune.json"
+
+
+def type_name(qtype):
+    return GGMLQuantizationType(qtype).name
+
+
+# --- provenance -------------------------------------------------------------------------------
+
+def kernel_sources_hash():
+    """Hash of the files that define kernels: a change there can change every timing."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        if f.name not in _NOT_KERNELS:
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _version(package):
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine():
+    """What a timing depends on and a sidecar must match: the CPU and the software."""
+    return dict(_machine())
+
+
+@functools.lru_cache(maxsize=1)
+def _machine():
+    info = cpu.probe()
+    return {"cpu_model": info.model, "cpu_features": sorted(info.features), "cpu_class": info.cpu_class,
+            "dasllama": _version("dasllama"), "numba": _version("numba"),
+            "llvmlite": _version("llvmlite"), "kernels": kernel_sources_hash()}
+
+
+# --- read, validate, write --------------------------------------------------------------------
+
+def read(path=None, here=None):
+    """(doc, None) for a sidecar valid on this machine; (None, Refusal) for one that is not;
+    (None, None) when there is none. `here` is machine() (probed when not given)."""
+    path = Path(path or sidecar_path())
+    if not path.exists():
+        return None, None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return None, Refusal("unreadable", f"{path} is not JSON ({e})")
+    refusal = validate(doc, here or machine())
+    return (None, refusal) if refusal else (doc, None)
+
+
+def validate(doc, here):
+    """The Refusal that keeps `doc` from being used on the machine `here`, or None."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("provenance"), dict) \
+            or not isinstance(doc.get("winners"), dict):
+        return Refusal("unreadable", "it lacks the provenance or winners of a tune sidecar")
+    if doc.get("format") != FORMAT:
+        return Refusal("other format", f"format {doc.get('format')!r}, this dasllama reads {FORMAT}")
+    prov = doc["provenance"]
+    for key, what in (("cpu_model", "CPU"), ("cpu_features", "CPU features")):
+        if prov.get(key) != here[key]:
+            return Refusal("other machine", f"tuned on {what} {_show(prov.get(key))}, this is {_show(here[key])}")
+    for key in ("dasllama", "numba", "llvmlite"):
+        if prov.get(key) != here[key]:
+            return Refusal("other version", f"tuned with {key} {prov.get(key)}, this is {here[key]}")
+    if prov.get("kernels") != here["kernels"]:
+        return Refusal("kernels changed", f"the kernel sources changed since tuning "
+                                          f"({prov.get('kernels')} -> {here['kernels']})")
+    return None
+
+
+def _show(value):
+    return " ".join(value) if isinstance(value, list) else repr(value)
+
+
+def write(doc, path=None):
+    """Write atomically: a reader never sees half a sidecar."""
+    path = Path(path or sidecar_path())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def new_doc(here, **provenance):
+    return {"format": FORMAT, "provenance": {**here, **provenance,
+                                             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+            "models": [], "shapes": [], "winners": {}}
+
+
+# --- precedence -------------------------------------------------------------------------------
+
+def parse_pin(text):
+    """"Q8_0=simd_r4t4,Q4_K:prefill=ref" -> ({(type name, phase): variant}, [problems])."""
+    pins, problems = {}, []
+    for item in filter(None, (s.strip() for s in (text or "").split(","))):
+        key, sep, variant = item.partition("=")
+        name, _, phase = key.strip().partition(":")
+        name = name.strip().upper()
+        if name not in GGMLQuantizationType.__members__:
+            problems.append(f"{item!r}: no weight type {name!r}")
+            continue
+        phases = [phase.strip()] if phase else list(PHASES)
+        if not sep or not variant.strip() or any(p not in PHASES for p in phases):
+            problems.append(f"{item!r} is not TYPE=VARIANT or TYPE:{'|'.join(PHASES)}=VARIANT")
+            continue
+        for p in phases:
+            pins[name, p] = variant.strip()
+    return pins, problems
+
+
+def shipped_profile(features):
+    """(class, winners) of the most specific shipped profile for these CPU features."""
+    for name in cpu.classes_of(features):
+        path = PROFILES / f"{name}.json"
+        if path.exists():
+            return name, json.loads(path.read_text()).get("winners", {})
+    return None, {}
+
+
+def shape_key(phase, n_rows, n_cols):
+    """The winners-table key of one shape: "prefill 2048x640" (rows x cols)."""
+    return f"{phase} {n_rows}x{n_cols}"
+
+
+def _layers(pin_text, doc, features):
+    """[(source, {(type name, key): variant})] in precedence order, and the notes so far."""
+    notes = []
+    if pin_text is None:
+        pin_text = os.environ.get(PIN_ENV, "")
+    pins, problems = parse_pin(pin_text)
+    notes += [f"{PIN_ENV}: {p}" for p in problems]
+    if doc is None:
+        doc, refusal = read()
+        if refusal:
+            notes.append(f"tune sidecar {sidecar_path()} refused, {refusal}")
+    if features is None:
+        features = cpu.probe().features
+    profile_class, profile = shipped_profile(features)
+    return [("pin", pins), ("sidecar", _flat((doc or {}).get("winners"))),
+            (f"profile {profile_class}", _flat(profile))], notes
+
+
+def resolve(variants, pin_text=None, doc=None, features=None):
+    """{(qtype, phase): Choice} for every format in `variants` (qtype -> [(name, params)]),
+    plus {(qtype, phase, n_rows, n_cols): Choice} for the shapes whose own winner differs
+    (taken from the layer that chose the phase), and notes on what was skipped.
+    pin_text, doc and features default to DASLLAMA_KERNELS, this machine's valid sidecar and
+    this CPU."""
+    layers, notes = _layers(pin_text, doc, features)
+    choices = {}
+    for qtype, offered in variants.items():
+        names = {n for n, _ in offered}
+        tname = type_name(qtype)
+        for phase in PHASES:
+            choices[qtype, phase] = Choice(offered[0][0], "default")
+            for source, table in layers:
+                wanted = table.get((tname, phase))
+                if wanted is None:
+                    continue
+                if wanted not in names:
+                    notes.append(f"{source}: {tname} {phase} variant {wanted!r} is not offered here "
+                                 f"(have {', '.join(sorted(names))})")
+                    continue
+                choices[qtype, phase] = Choice(wanted, source)
+                for (t, key), variant in table.items():
+                    shape = _parse_shape(key)
+                    if t == tname and shape and shape[0] == phase and variant in names:
+                        choices[(qtype, *shape)] = Choice(variant, source)
+                break
+    return choices, notes
+
+
+def _parse_shape(key):
+    """"prefill 2048x640" -> ("prefill", 2048, 640); a phase alone -> None."""
+    phase, _, dims = key.partition(" ")
+    rows, _, cols = dims.partition("x")
+    if phase in PHASES and rows.isdigit() and cols.isdigit():
+        return phase, int(rows), int(cols)
+    return None
+
+
+def _flat(winners):
+    """{"Q8_0": {"decode": v, ...}} -> {("Q8_0", "decode"): v}; malformed entries are dropped."""
+    if not isinstance(winners, dict):
+        return {}
+    return {(t, k): v for t, by_key in winners.items() if isinstance(by_key, dict)
+            for k, v in by_key.items() if isinstance(v, str)}
+
+
+def in_force(variants):
+    """{(qtype, phase) or (qtype, phase, n_rows, n_cols): variant} to build the dispatcher
+    with. What was skipped is warned about (SidecarWarning, once per process), and the engine
+    goes on with the next layer of precedence."""
+    try:
+        choices, notes = resolve(variants)
+    except Exception as e:  # a broken config must never stop the engine from starting
+        choices = {(q, p): Choice(v[0][0], "default") for q, v in variants.items() for p in PHASES}
+        notes = [f"kernel choice fell back to the defaults: {type(e).__name__}: {e}"]
+    for note in notes:
+        warnings.warn(note, SidecarWarning, stacklevel=2)
+    return {key: c.variant for key, c in choices.items()}
+
+
+def selection_tag():
+    """"" when no pin, sidecar or profile chooses anything, else a short hash of what they
+    choose: part of numba's cache dir name, because the compiled decode step links in the
+    variants it was built with and numba would otherwise load it stale. Computed without the
+    variant lists (before numba is imported): a choice of the default variant counts too."""
+    try:
+        layers, _ = _layers(None, None, None)
+    except Exception:   # in_force falls back to the defaults then, and warns
+        return ""
+    chosen = {}
+    for _, table in layers:
+        phases = {(t, k) for t, k in table if k in PHASES} - {(t, k.split()[0]) for t, k in chosen}
+        chosen.update({(t, k): v for (t, k), v in table.items() if (t, k.split()[0]) in phases})
+    if not chosen:
+        return ""
+    text = ",".join(f"{t}:{k}={v}" for (t, k), v in sorted(chosen.items()))
+    return "-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+MAX_SHAPE_KERNELS = 4
+
+
+def shape_kernel(qtype, phase, chosen, build):
+    """kernel(w, R, C, xq, xd, xa, xf, T, out) for one format and phase: the chosen variant's
+    own kernel, or, where some shapes have a winner of their own, a small dispatcher on
+    (rows, cols) over at most MAX_SHAPE_KERNELS variants."""
+    names = [chosen[qtype, phase]]
+    rows = []
+    for key, variant in sorted(chosen.items(), key=str):
+        if len(key) == 4 and key[:2] == (qtype, phase) and variant != names[0]:
+            if variant not in names and len(names) < MAX_SHAPE_KERNELS:
+                names.append(variant)
+            if variant in names:
+                rows.append((key[2], key[3], names.index(variant)))
+    if not rows:
+        return build(qtype, names[0])
+
+    import numpy as np
+    from numba import njit
+
+    from .quants import JIT
+
+    k0, k1, k2, k3 = [build(qtype, n) for n in (names + names[:1] * MAX_SHAPE_KERNELS)[:MAX_SHAPE_KERNELS]]
+    table = np.array(rows, np.int64)   # (n, 3): rows, cols, kernel slot
+
+    @njit(**JIT)
+    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+        slot = 0
+        for i in range(table.shape[0]):
+            if table[i, 0] == n_rows and table[i, 1] == n_cols:
+                slot = table[i, 2]
+        if slot == 0:
+            k0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif slot == 1:
+            k1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif slot == 2:
+            k2(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        else:
+            k3(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+    return kernel

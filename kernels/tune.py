@@ -1,0 +1,414 @@
+"""The tuner: race every matmul variant on a model's own weights and shapes, keep the fastest.
+
+    shapes = model_shapes(gguf_file)         # (type, phase, rows, cols) the model multiplies
+    report = tune(shapes, budget_s=60)       # probe, gate, race, duel, write the sidecar
+
+Steps, each refusing rather than guessing:
+1. noise probe: the spread of a fixed parallel workload; above NOISE_LIMIT the machine is
+   too busy to rank variants a few percent apart, and tuning stops with the reason (unless
+   forced, for CI);
+2. correctness gate: every variant against `matmul_ref` on the real weights, with a row and a
+   token tail: bit-exact for the integer formats, within FLOAT_ULPS of the float32 fold for
+   F32/F16/BF16 (variants may sum in another order); a failing variant is never raced;
+3. interleaved races: one sample of each live variant per round, in rotated order, so a
+   disturbance hits all of them alike; clearly slower variants leave early; median ranking;
+4. per weight type and phase the winner is the variant with the least time summed over the
+   model's tensors; a winner that differs from the one in force must then win a duel: paired
+   rounds, head to head, judged by a sign test, so noise does not churn the choice;
+5. per shape, a variant that beats the type's winner by SHAPE_GAIN (and wins its duel) is kept
+   for that shape alone.
+The sidecar keeps every shape's medians; tuning a second model adds its shapes and re-chooses
+the winners of the types it uses, on its own shapes.
+"""
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from . import matmul as M
+from . import sidecar
+from .quants import BF16, F16, F32, JIT, SUPPORTED, row_bytes
+from .sidecar import PHASES, sidecar_path, type_name
+
+__all__ = ["Shape", "Noisy", "model_shapes", "probe_noise", "gate", "race", "duel", "tune", "sidecar_path"]
+
+PREFILL_TOKENS = 64          # a prefill race multiplies this many tokens (T >= 32 is the prefill tiling)
+PREFILL_MACS = 64 * 2048 * 2048   # larger prefill shapes are raced on their first rows only
+NOISE_LIMIT = 0.05           # relative spread of the probe above which ranking is refused
+SAMPLE_S = 0.002             # one timing sample repeats a call up to about this long
+DROP_AFTER = 2.0             # a variant this many times the leader's median stops racing
+FAR_BEHIND = 10.0            # ... or this many times the fastest first call: out after one call
+MIN_ROUNDS = 3               # races run at least this many rounds
+REPLACE_MARGIN = 0.01        # a change must beat what is in force by this much in the median duel round
+SHAPE_GAIN = 0.05            # a shape gets its own variant only if its median beats the type's winner by this
+DUEL_P = 0.01                # sign-test level at which a duel's challenger wins
+MIN_DUEL_ROUNDS, MAX_DUEL_ROUNDS = 8, 200
+FLOAT_ULPS = 16              # float gate: |got - ref| <= (n_cols / 64 + FLOAT_ULPS) * 2^-24 * sum|w x|
+GATE_ROWS, GATE_TOKENS = 37, 7  # odd: tails for every row and token tile
+
+
+class Noisy(RuntimeError):
+    """The machine is too busy to rank variants; the message names the measurement."""
+
+
+@dataclass
+class Shape:
+    """One (type, phase, rows, cols) the model multiplies, `count` tensors of it."""
+    qtype: int
+    phase: str            # "decode" (one token) or "prefill" (PREFILL_TOKENS)
+    n_rows: int
+    n_cols: int
+    count: int
+    weights: np.ndarray = field(repr=False)   # uint8 blocks of one such tensor, as in the file
+
+    @property
+    def key(self):
+        return (type_name(self.qtype), self.phase, self.n_rows, self.n_cols)
+
+    @property
+    def n_tokens(self):
+        return 1 if self.phase == "decode" else PREFILL_TOKENS
+
+
+def model_shapes(gguf_file):
+    """The matmul shapes of a model: every 2-D weight of a supported type, once per phase.
+    token_embd is a matmul only as the tied output; the output runs on the last token only."""
+    tensors = gguf_file.tensors
+    tied = "output.weight" not in tensors
+    found = {}
+    for name, info in tensors.items():
+        if len(info.shape) != 2 or info.qtype not in SUPPORTED:
+            continue
+        is_output = name == "output.weight" or (tied and name == "token_embd.weight")
+        if name == "token_embd.weight" and not tied:
+            continue
+        n_cols, n_rows = int(info.shape[0]), int(info.shape[1])
+        for phase in (("decode",) if is_output else PHASES):
+            key = (info.qtype, phase, n_rows, n_cols)
+            if key in found:
+                found[key].count += 1
+            else:
+                found[key] = Shape(info.qtype, phase, n_rows, n_cols, 1, gguf_file.tensor_bytes(name))
+    return sorted(found.values(), key=lambda s: (type_name(s.qtype), s.phase, s.n_rows, s.n_cols))
+
+
+# --- 1. noise -----------------------------------------------------------------------------------
+
+@numba.njit(**JIT, parallel=True)
+def _probe_work(a):
+    s = 0.0
+    for i in numba.prange(a.size):
+        s += a[i] * a[i]
+    return s
+
+
+def probe_noise(n_samples=40):
+    """(spread, reason): the interquartile range of a fixed ~1 ms parallel workload over its
+    median, and a sentence saying what was measured."""
+    a = np.ones(1 << 21, np.float32)   # (2M,) 8 MB: past L2, like a weight stream
+    _probe_work(a)
+    times = []
+    for _ in range(n_samples):
+        t0 = time.perf_counter()
+        _probe_work(a)
+        times.append(time.perf_counter() - t0)
+    q1, med, q3 = np.percentile(times, [25, 50, 75])
+    spread = float((q3 - q1) / med)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    reason = (f"a fixed workload's timings spread {spread:.1%} (limit {NOISE_LIMIT:.0%}); "
+              f"load average {load:.1f} on {os.cpu_count()} CPUs")
+    return spread, reason
+
+
+# --- 2. correctness -----------------------------------------------------------------------------
+
+def _activations(n_tokens, n_cols, qtype, seed):
+    x = np.random.default_rng(seed).standard_normal((n_tokens, n_cols)).astype(np.float32)  # (T, C)
+    bufs = M.act_buffers(n_tokens, n_cols)
+    M.quantize_act(M.act_kind(qtype), x, *bufs)
+    return bufs
+
+
+def gate(qtype, names, weights, n_cols, build=M.build_kernel):
+    """{variant: None if it agrees with matmul_ref, else why not} on the first rows of the
+    real weights, at the prefill token count with a tail and at one token."""
+    rb = row_bytes(qtype, n_cols)
+    n_rows = min(GATE_ROWS, weights.size // rb)
+    w = np.ascontiguousarray(weights[:n_rows * rb])
+    verdicts = {}
+    cases = []
+    for n_tokens in (GATE_TOKENS, 1):
+        bufs = _activations(n_tokens, n_cols, qtype, seed=n_tokens)
+        ref = np.empty((n_tokens, n_rows), np.float32)
+        M.matmul_ref(qtype, w, n_rows, n_cols, *bufs, n_tokens, ref)
+        cases.append((n_tokens, bufs, ref, _float_bound(qtype, w, n_rows, n_cols, bufs)))
+    for name in names:
+        verdicts[name] = None
+        kernel = build(qtype, name)
+        for n_tokens, bufs, ref, bound in cases:
+            got = np.full((n_tokens, n_rows), np.nan, np.float32)
+            kernel(w, n_rows, n_cols, *bufs, n_tokens, got)
+            bad = _disagreements(got, ref, bound)
+            if bad:
+                verdicts[name] = (f"{bad} of {got.size} outputs at T={n_tokens} differ from the reference "
+                                  + ("(bit-exact required)" if bound is None else "(beyond the float bound)"))
+                break
+    return verdicts
+
+
+def _float_bound(qtype, w, n_rows, n_cols, bufs):
+    """None for the integer formats (exact); per output the float32 fold bound otherwise."""
+    if qtype not in (F32, F16, BF16):
+        return None
+    xf = bufs[3].astype(np.float64)
+    W = np.abs(M.dequantize(qtype, w, n_rows, n_cols).astype(np.float64))
+    return (n_cols / 64 + FLOAT_ULPS) * 2.0 ** -24 * (np.abs(xf) @ W.T)
+
+
+def _disagreements(got, ref, bound):
+    if bound is None:
+        return int(np.count_nonzero(got.view(np.uint32) != ref.view(np.uint32)))
+    ok = np.abs(got.astype(np.float64) - ref) <= bound
+    return int(np.count_nonzero(~ok))
+
+
+# --- 3. races -----------------------------------------------------------------------------------
+
+def _race_args(shape):
+    """(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out) for one call on `shape`."""
+    rb = row_bytes(shape.qtype, shape.n_cols)
+    n_rows = shape.n_rows
+    if shape.phase == "prefill":   # per row tile the work is alike: a slice ranks like the whole
+        n_rows = min(n_rows, max(64, PREFILL_MACS // (shape.n_cols * shape.n_tokens)))
+    w = shape.weights[:n_rows * rb]
+    bufs = _activations(shape.n_tokens, shape.n_cols, shape.qtype, seed=0)
+    out = np.empty((shape.n_tokens, n_rows), np.float32)
+    return (w, n_rows, shape.n_cols, *bufs, shape.n_tokens, out)
+
+
+def _sample(kernel, args, reps):
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        kernel(*args)
+    return (time.perf_counter() - t0) / reps
+
+
+def _reps(kernels, args):
+    """Calls per sample: about SAMPLE_S of the fastest variant (after a warm-up call each)."""
+    first = {}
+    for name, kernel in kernels.items():
+        kernel(*args)   # compiled and warm before any clock starts
+        first[name] = _sample(kernel, args, 1)
+    return max(1, int(SAMPLE_S / min(first.values()))), first
+
+
+def race(kernels, args, budget_s, min_rounds=MIN_ROUNDS):
+    """{name: median seconds per call}: interleaved rounds, in rotated order, until the budget
+    is spent. A variant over DROP_AFTER x the leader's median leaves after MIN_ROUNDS (after
+    its first call if it is over FAR_BEHIND x the fastest first call)."""
+    reps, first = _reps(kernels, args)
+    best_first = min(first.values())
+    samples = {name: [t] for name, t in first.items()}
+    alive = [n for n in kernels if first[n] < FAR_BEHIND * best_first]
+    start = time.perf_counter()
+    rounds = 0
+    while len(alive) > 1 and (rounds < min_rounds or time.perf_counter() - start < budget_s):
+        shift = rounds % len(alive)
+        for name in alive[shift:] + alive[:shift]:
+            samples[name].append(_sample(kernels[name], args, reps))
+        rounds += 1
+        if rounds >= min_rounds:
+            lead = min(float(np.median(samples[n])) for n in alive)
+            alive = [n for n in alive if min(samples[n]) < DROP_AFTER * lead]
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def duel(qtype, challenger, incumbent, shapes, budget_s, build):
+    """Paired rounds of challenger against incumbent over `shapes` (one sample of each per
+    shape per round, order alternating, weighted by tensor count): True when the challenger
+    is faster in so many rounds that chance explains it with p < DUEL_P (a sign test) and by
+    REPLACE_MARGIN in the median round. Returns (won, p value, median round time ratio)."""
+    pair = {n: build(qtype, n) for n in (challenger, incumbent)}
+    cases = [(s.count, _race_args(s)) for s in shapes]
+    reps = [_reps(pair, args)[0] for _, args in cases]
+    wins, ratios = 0, []
+    start = time.perf_counter()
+    n_rounds = 0
+    while n_rounds < MIN_DUEL_ROUNDS or (time.perf_counter() - start < budget_s and n_rounds < MAX_DUEL_ROUNDS):
+        order = (challenger, incumbent) if n_rounds % 2 == 0 else (incumbent, challenger)
+        total = dict.fromkeys(pair, 0.0)
+        for (count, args), r in zip(cases, reps):
+            for name in order:
+                total[name] += count * _sample(pair[name], args, r)
+        wins += total[challenger] < total[incumbent]
+        ratios.append(total[challenger] / total[incumbent])
+        n_rounds += 1
+    p_value = sum(math.comb(n_rounds, k) for k in range(wins, n_rounds + 1)) / 2 ** n_rounds
+    ratio = float(np.median(ratios))
+    return p_value < DUEL_P and ratio < 1 - REPLACE_MARGIN, p_value, ratio
+
+
+# --- 4. the whole tune --------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """The result for one weight type and phase over this model's tensors of it."""
+    qtype: int
+    phase: str
+    n_shapes: int
+    default: str
+    incumbent: str        # in force before this tune (sidecar, profile or default; pins aside)
+    winner: str
+    shape_winners: dict   # shape key -> variant, where a shape has its own
+    default_s: float      # the default variant's time summed over the tensors
+    chosen_s: float       # the same for what is now chosen (winner, or the shape's own)
+
+    @property
+    def gain(self):
+        """Speed of what is now chosen over the default variant."""
+        return self.default_s / self.chosen_s
+
+
+@dataclass
+class Report:
+    outcomes: list
+    rejected: dict        # (type name, variant) -> why the gate refused it
+    notes: list           # changes that lost their duel
+    noise: float
+    seconds: float
+    path: object
+    skipped: bool = False   # a valid sidecar covered every shape: nothing was raced
+
+
+def covered(doc, shapes):
+    have = {tuple(e["key"]) for e in doc.get("shapes", [])}
+    return all(s.key in have for s in shapes)
+
+
+def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M.build_kernel,
+         variants=None, model=None):
+    """Race the variants of every type in `shapes`, write the sidecar, return a Report.
+    force: tune on a noisy machine and re-race shapes a valid sidecar already has."""
+    t_start = time.perf_counter()
+    variants = variants or M.VARIANTS
+    on_step = on_step or (lambda what: None)
+    here = sidecar.machine()
+    doc, _ = sidecar.read(here=here)
+    if doc is not None and covered(doc, shapes) and not force:
+        medians = _recorded(doc, shapes)
+        return Report(_summaries(shapes, medians, variants, doc["winners"]), {}, [],
+                      doc["provenance"].get("noise", math.nan), 0.0, sidecar_path(), skipped=True)
+    if threads:
+        numba.set_num_threads(threads)
+    noise, reason = probe_noise()
+    if noise > NOISE_LIMIT and not force:
+        raise Noisy(f"the machine is too busy to rank kernels: {reason}. Stop other work and "
+                    "tune again, or pass --force to tune anyway")
+    incumbents, _ = sidecar.resolve(variants, pin_text="", doc=doc or {})
+    share = budget_s / (2 * len(shapes))   # half for the races, half for the duels
+    rejected, medians = {}, {}
+    for qtype in dict.fromkeys(s.qtype for s in shapes):
+        group = [s for s in shapes if s.qtype == qtype]
+        names = [n for n, _ in variants[qtype]]
+        on_step(f"gate {type_name(qtype)} ({len(names)} variants)")
+        verdicts = gate(qtype, names, group[0].weights, group[0].n_cols, build)
+        rejected.update({(type_name(qtype), n): why for n, why in verdicts.items() if why})
+        kernels = {n: build(qtype, n) for n in names if not verdicts[n]}
+        for s in group:
+            on_step(f"race {type_name(qtype)} {s.phase} {s.n_rows}x{s.n_cols}")
+            medians[s.key] = race(kernels, _race_args(s), share)
+    winners, notes = {}, []
+    for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
+        group = [s for s in shapes if s.qtype == qtype and s.phase == phase]
+        chosen = _decide(qtype, phase, group, medians, incumbents[qtype, phase].variant, share, build,
+                         on_step, notes)
+        winners.setdefault(type_name(qtype), {}).update(chosen)
+    outcomes = _summaries(shapes, medians, variants, winners, incumbents)
+    doc = _merged(doc, here, shapes, medians, winners, noise, force, threads, model)
+    doc["provenance"]["seconds"] = round(time.perf_counter() - t_start, 1)
+    path = sidecar.write(doc)
+    return Report(outcomes, rejected, notes, noise, doc["provenance"]["seconds"], path)
+
+
+def _totals(group, medians):
+    """variant -> seconds summed over the tensors of the group (variants timed on every shape)."""
+    common = set.intersection(*(set(medians[s.key]) for s in group))
+    return {v: sum(s.count * medians[s.key][v] for s in group) for v in common}
+
+
+def _decide(qtype, phase, group, medians, incumbent, share, build, on_step, notes):
+    """{phase or shape key: variant} for one type and phase: the least summed time, then per
+    shape a variant that beats that by SHAPE_GAIN; every change from what is in force must
+    win a duel first (the ones that lose are told in `notes`)."""
+    totals = _totals(group, medians)
+    best = min(totals, key=totals.get)
+    winner = incumbent if incumbent in totals else best
+    if best != winner:
+        winner = _challenge(qtype, best, winner, group, share * len(group), build, on_step, notes,
+                            f"{type_name(qtype)} {phase}")
+    chosen = {phase: winner}
+    for s in group:
+        own = min(medians[s.key], key=medians[s.key].get)
+        if own != winner and medians[s.key][own] < (1 - SHAPE_GAIN) * medians[s.key].get(winner, math.inf):
+            where = f"{type_name(qtype)} {sidecar.shape_key(phase, s.n_rows, s.n_cols)}"
+            if _challenge(qtype, own, winner, [s], share, build, on_step, notes, where) == own:
+                chosen[sidecar.shape_key(phase, s.n_rows, s.n_cols)] = own
+    return chosen
+
+
+def _challenge(qtype, challenger, incumbent, group, budget_s, build, on_step, notes, where):
+    on_step(f"duel {where}: {challenger} against {incumbent}")
+    won, p_value, ratio = duel(qtype, challenger, incumbent, group, budget_s, build)
+    if won:
+        return challenger
+    notes.append(f"{where}: {challenger} was faster by median but lost its duel against {incumbent} "
+                 f"(sign test p={p_value:.2g}, median round {ratio:.2f}x)")
+    return incumbent
+
+
+def _summaries(shapes, medians, variants, winners, incumbents=None):
+    """One Outcome per (type, phase) in `shapes`, timed by `medians`, for what `winners` chose."""
+    outcomes = []
+    for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
+        group = [s for s in shapes if s.qtype == qtype and s.phase == phase]
+        chosen = winners.get(type_name(qtype), {})
+        default = variants[qtype][0][0]
+        winner = chosen.get(phase, default)
+        per_shape = {s.key: chosen.get(sidecar.shape_key(phase, s.n_rows, s.n_cols), winner) for s in group}
+        if not all({default, per_shape[s.key]} <= set(medians[s.key]) for s in group):
+            continue   # rejected by the gate, or not timed: no gain to state
+        outcomes.append(Outcome(
+            qtype, phase, len(group), default, incumbents[qtype, phase].variant if incumbents else winner,
+            winner, {k[2:]: v for k, v in per_shape.items() if v != winner},
+            sum(s.count * medians[s.key][default] for s in group),
+            sum(s.count * medians[s.key][per_shape[s.key]] for s in group)))
+    return outcomes
+
+
+def _recorded(doc, shapes):
+    entries = {tuple(e["key"]): e for e in doc["shapes"]}
+    return {s.key: {v: ms / 1e3 for v, ms in entries[s.key]["ms"].items()} for s in shapes}
+
+
+def _merged(doc, here, shapes, medians, winners, noise, force, threads, model):
+    """The sidecar after this tune: a valid old one's shapes and other types, plus these."""
+    doc = doc or sidecar.new_doc(here)
+    doc["provenance"] = {**here, "noise": round(noise, 4), "forced": bool(force),
+                         "threads": threads or numba.get_num_threads(),
+                         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    entries = {tuple(e["key"]): e for e in doc.get("shapes", [])}
+    for s in shapes:
+        ranked = sorted(medians[s.key].items(), key=lambda kv: kv[1])
+        entries[s.key] = {"key": list(s.key), "count": s.count, "ms": {v: round(t * 1e3, 5) for v, t in ranked}}
+    doc["shapes"] = [entries[k] for k in sorted(entries)]
+    for tname, chosen in winners.items():
+        old = doc["winners"].get(tname, {})
+        phases = {k.split()[0] for k in chosen}
+        kept = {k: v for k, v in old.items() if k.split()[0] not in phases}
+        doc["winners"][tname] = {**kept, **chosen}
+    if model:
+        doc["models"] = sorted(set(doc.get("models", [])) | {os.fspath(model)})
+    return doc

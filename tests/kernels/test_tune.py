@@ -1,0 +1,326 @@
+"""The tuner's guards and the sidecar's rules: the correctness gate rejects a wrong variant,
+races rank and drop, a duel does not crown a tie, a sidecar from elsewhere is refused with its
+reason, precedence is pin > sidecar > profile > default, and the model's greedy tokens are the
+same bits whichever variants run. Races here use tiny budgets: they test the logic, not speed.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numba
+import numpy as np
+import pytest
+from gguf.constants import GGMLQuantizationType
+
+from dasllama.formats.gguf import open_gguf
+from dasllama.kernels import cpu, sidecar
+from dasllama.kernels import matmul as M
+from dasllama.kernels import tune as T
+from dasllama.kernels.quants import F32, Q4_K, Q8_0
+
+from .blocks import random_weights
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path, monkeypatch):
+    """A sidecar of its own per test, and no pin from the environment."""
+    monkeypatch.setenv(sidecar.CONFIG_ENV, str(tmp_path / "config"))
+    monkeypatch.delenv(sidecar.PIN_ENV, raising=False)
+    return tmp_path / "config"
+
+
+def _with_variant(name, kernel):
+    """A build function that knows one more variant, `name`, besides M's."""
+    def build(qtype, variant):
+        return kernel if variant == name else M.build_kernel(qtype, variant)
+    return build
+
+
+def _nudged_ref(ulps_of_bound=None, every_output=False):
+    """matmul_ref with its first output (or every one) moved: by one ulp, or by a multiple of
+    the float gate's bound."""
+    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+        M.matmul_ref(kernel.qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        target = out[:n_tokens, :n_rows] if every_output else out[:1, :1]
+        if ulps_of_bound is None:
+            target[...] = np.nextafter(target, np.float32(np.inf))
+        else:
+            wabs = np.abs(M.dequantize(kernel.qtype, w, n_rows, n_cols)).astype(np.float64)
+            bound = (n_cols / 64 + T.FLOAT_ULPS) * 2.0 ** -24 * (np.abs(xf[:n_tokens]) @ wabs.T)
+            target += (ulps_of_bound * bound[:target.shape[0], :target.shape[1]]).astype(np.float32)
+    return kernel
+
+
+# --- the correctness gate -----------------------------------------------------------------------
+
+def test_gate_rejects_a_variant_one_ulp_off():
+    wrong = _nudged_ref()
+    wrong.qtype = Q8_0
+    w = random_weights(Q8_0, 40, 256, seed=1)
+    default = M.VARIANTS[Q8_0][0][0]
+    verdicts = T.gate(Q8_0, [default, "one_ulp_off"], w, 256, _with_variant("one_ulp_off", wrong))
+    assert verdicts[default] is None
+    assert "1 of" in verdicts["one_ulp_off"] and "bit-exact" in verdicts["one_ulp_off"]
+
+
+def test_float_gate_takes_a_fold_order_difference_but_not_more():
+    w = random_weights(F32, 40, 320, seed=2)
+    inside, outside = _nudged_ref(0.5, every_output=True), _nudged_ref(2.0)
+    inside.qtype = outside.qtype = F32
+    build = _with_variant("outside", outside)
+    verdicts = T.gate(F32, ["inside", "outside"], w, 320,
+                      lambda q, n: inside if n == "inside" else build(q, n))
+    assert verdicts["inside"] is None
+    assert "float bound" in verdicts["outside"]
+
+
+def test_tune_never_races_a_rejected_variant(tmp_path):
+    wrong = _nudged_ref()
+    wrong.qtype = Q8_0
+    variants = {Q8_0: M.VARIANTS[Q8_0][:1] + [("one_ulp_off", {})]}
+    shape = T.Shape(Q8_0, "decode", 64, 256, 3, random_weights(Q8_0, 64, 256, seed=3))
+    report = T.tune([shape], budget_s=0.05, force=True, variants=variants,
+                    build=_with_variant("one_ulp_off", wrong))
+    assert set(report.rejected) == {("Q8_0", "one_ulp_off")}
+    assert [o.winner for o in report.outcomes] == [variants[Q8_0][0][0]]
+    doc = json.loads(sidecar.sidecar_path().read_text())
+    assert "one_ulp_off" not in doc["shapes"][0]["ms"]
+
+
+# --- races and duels ----------------------------------------------------------------------------
+
+def _sleeper(seconds):
+    def kernel(*args):
+        time.sleep(seconds)
+    return kernel
+
+
+def test_race_ranks_by_median_and_drops_the_far_behind():
+    kernels = {"slow": _sleeper(0.004), "fast": _sleeper(0.001), "hopeless": _sleeper(0.03)}
+    medians = T.race(kernels, (), budget_s=0.1)
+    assert min(medians, key=medians.get) == "fast"
+    assert medians["fast"] < medians["slow"] < medians["hopeless"]
+
+
+def test_a_duel_between_equals_is_not_won():
+    shape = T.Shape(Q8_0, "decode", 16, 256, 1, random_weights(Q8_0, 16, 256, seed=4))
+    same = _sleeper(0.0005)
+    won, p_value, _ = T.duel(Q8_0, "a", "b", [shape], 0.05, lambda q, n: same)
+    assert not won and p_value > T.DUEL_P
+
+
+def test_a_duel_against_a_slower_incumbent_is_won():
+    shape = T.Shape(Q8_0, "decode", 16, 256, 1, random_weights(Q8_0, 16, 256, seed=4))
+    kernels = {"fast": _sleeper(0.0005), "slow": _sleeper(0.002)}
+    won, p_value, ratio = T.duel(Q8_0, "fast", "slow", [shape], 0.05, lambda q, n: kernels[n])
+    assert won and p_value < T.DUEL_P and ratio < 0.5
+
+
+# --- shapes of a model --------------------------------------------------------------------------
+
+def test_model_shapes_count_tensors_and_race_the_output_at_decode_only(tiny_model):
+    shapes = T.model_shapes(open_gguf(tiny_model("llama", "Q8_0")))
+    keys = {s.key: s.count for s in shapes}
+    assert keys[("Q8_0", "decode", 32000, 128)] == 1          # output.weight; token_embd is a lookup
+    assert ("Q8_0", "prefill", 32000, 128) not in keys
+    assert keys[("Q8_0", "prefill", 256, 128)] == 4           # ffn_gate and ffn_up in 2 layers
+    assert keys[("Q8_0", "decode", 128, 256)] == 2            # ffn_down
+    assert all(s.weights.size == s.n_rows * s.n_cols // 32 * 34 for s in shapes)
+
+
+def test_a_second_tune_with_nothing_changed_races_nothing():
+    shape = T.Shape(Q8_0, "decode", 64, 256, 1, random_weights(Q8_0, 64, 256, seed=5))
+    variants = {Q8_0: M.VARIANTS[Q8_0][:2]}
+    first = T.tune([shape], budget_s=0.05, force=True, variants=variants)
+    t0 = time.perf_counter()
+    second = T.tune([shape], budget_s=30, variants=variants)
+    assert second.skipped and not first.skipped and time.perf_counter() - t0 < 5
+    assert [o.winner for o in second.outcomes] == [o.winner for o in first.outcomes]
+
+
+def test_a_busy_machine_is_refused_with_the_measurement(monkeypatch):
+    monkeypatch.setattr(T, "NOISE_LIMIT", -1.0)
+    shape = T.Shape(Q8_0, "decode", 64, 256, 1, random_weights(Q8_0, 64, 256, seed=5))
+    with pytest.raises(T.Noisy, match=r"too busy to rank kernels: a fixed workload's timings spread .*load average"):
+        T.tune([shape], budget_s=0.05, variants={Q8_0: M.VARIANTS[Q8_0][:1]})
+    assert not sidecar.sidecar_path().exists()
+
+
+# --- the sidecar --------------------------------------------------------------------------------
+
+def _valid_doc():
+    doc = sidecar.new_doc(sidecar.machine())
+    doc["winners"] = {"Q8_0": {"decode": "b"}}
+    return doc
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d: d["provenance"].update(cpu_model="Some Other CPU"), "other machine"),
+    (lambda d: d["provenance"].update(cpu_features=["sse2"]), "other machine"),
+    (lambda d: d["provenance"].update(numba="0.1.0"), "other version"),
+    (lambda d: d["provenance"].update(dasllama="99.0"), "other version"),
+    (lambda d: d["provenance"].update(kernels="0" * 16), "kernels changed"),
+    (lambda d: d.update(format=99), "other format"),
+    (lambda d: d.pop("winners"), "unreadable"),
+])
+def test_a_sidecar_from_elsewhere_is_refused_with_its_reason(change, reason):
+    doc = _valid_doc()
+    change(doc)
+    sidecar.write(doc)
+    got, refusal = sidecar.read()
+    assert got is None and refusal.reason == reason
+
+
+def test_an_unreadable_sidecar_is_refused_and_the_engine_falls_back(config_dir, monkeypatch):
+    monkeypatch.setattr(sidecar, "PROFILES", config_dir / "no-profiles")
+    config_dir.mkdir()
+    sidecar.sidecar_path().write_text('{"format": 1, "winn')
+    doc, refusal = sidecar.read()
+    assert doc is None and refusal.reason == "unreadable"
+    variants = {Q8_0: [("a", {}), ("b", {})]}
+    with pytest.warns(sidecar.SidecarWarning, match="refused, unreadable"):
+        chosen = sidecar.in_force(variants)
+    assert chosen == {(Q8_0, "decode"): "a", (Q8_0, "prefill"): "a"}
+
+
+def test_a_valid_sidecar_is_read_back():
+    sidecar.write(_valid_doc())
+    doc, refusal = sidecar.read()
+    assert refusal is None and doc["winners"] == {"Q8_0": {"decode": "b"}}
+
+
+# --- precedence ---------------------------------------------------------------------------------
+
+VARIANTS = {Q8_0: [(n, {}) for n in ("a", "b", "c", "d")], Q4_K: [(n, {}) for n in ("k1", "k2")]}
+AVX2 = frozenset({"avx2", "fma", "f16c"})
+
+
+@pytest.fixture
+def profile(tmp_path, monkeypatch):
+    monkeypatch.setattr(sidecar, "PROFILES", tmp_path / "profiles")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "x86-avx2.json").write_text(json.dumps(
+        {"winners": {"Q8_0": {"decode": "d", "prefill": "d"}, "Q4_K": {"prefill": "k2"}}}))
+
+
+def test_precedence_is_pin_then_sidecar_then_profile_then_default(profile):
+    doc = {"winners": {"Q8_0": {"decode": "c", "prefill": "c"}}}
+    choices, notes = sidecar.resolve(VARIANTS, pin_text="Q8_0:decode=b", doc=doc, features=AVX2)
+    assert choices[Q8_0, "decode"] == sidecar.Choice("b", "pin")
+    assert choices[Q8_0, "prefill"] == sidecar.Choice("c", "sidecar")
+    assert choices[Q4_K, "prefill"] == sidecar.Choice("k2", "profile x86-avx2")
+    assert choices[Q4_K, "decode"] == sidecar.Choice("k1", "default")
+    assert notes == []
+
+
+def test_a_cpu_without_a_profile_of_its_class_falls_to_the_generic_one(profile, tmp_path):
+    choices, _ = sidecar.resolve(VARIANTS, pin_text="", doc={}, features=frozenset({"sse2"}))
+    assert {c.source for c in choices.values()} == {"default"}
+    (tmp_path / "profiles" / "generic.json").write_text(json.dumps({"winners": {"Q4_K": {"decode": "k2"}}}))
+    choices, _ = sidecar.resolve(VARIANTS, pin_text="", doc={}, features=frozenset({"sse2"}))
+    assert choices[Q4_K, "decode"] == sidecar.Choice("k2", "profile generic")
+
+
+def test_a_variant_not_offered_here_is_skipped_with_a_note(profile):
+    doc = {"winners": {"Q8_0": {"decode": "gone"}}}
+    choices, notes = sidecar.resolve(VARIANTS, pin_text="", doc=doc, features=AVX2)
+    assert choices[Q8_0, "decode"] == sidecar.Choice("d", "profile x86-avx2")
+    assert len(notes) == 1 and "'gone' is not offered" in notes[0]
+
+
+def test_shape_winners_come_with_the_layer_that_chose_the_phase(profile):
+    doc = {"winners": {"Q8_0": {"prefill": "c", "prefill 64x256": "b", "decode 64x256": "b"}}}
+    choices, _ = sidecar.resolve(VARIANTS, pin_text="Q8_0:decode=a", doc=doc, features=AVX2)
+    assert choices[Q8_0, "prefill", 64, 256] == sidecar.Choice("b", "sidecar")
+    assert (Q8_0, "decode", 64, 256) not in choices     # the pin decides decode, for every shape
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("Q9_0=a", "no weight type 'Q9_0'"),
+    ("Q8_0", "is not TYPE=VARIANT"),
+    ("Q8_0:sometimes=a", "is not TYPE=VARIANT"),
+])
+def test_a_malformed_pin_is_named(text, problem):
+    pins, problems = sidecar.parse_pin(text)
+    assert pins == {} and problem in problems[0]
+
+
+def test_the_cache_tag_follows_the_choices(monkeypatch, profile):
+    monkeypatch.setattr(cpu, "probe", lambda: cpu.CpuInfo("test", frozenset({"sse2"}), "x86_64"))
+    assert sidecar.selection_tag() == ""
+    monkeypatch.setenv(sidecar.PIN_ENV, "Q8_0=b")
+    tag_b = sidecar.selection_tag()
+    monkeypatch.setenv(sidecar.PIN_ENV, "Q8_0=c")
+    assert tag_b and sidecar.selection_tag() not in ("", tag_b)
+
+
+def test_the_shipped_profiles_for_this_cpu_name_variants_it_offers():
+    assert (sidecar.PROFILES / "generic.json").exists() and (sidecar.PROFILES / "x86-avx2.json").exists()
+    for cpu_class in cpu.classes_of(cpu.probe().features):
+        path = sidecar.PROFILES / f"{cpu_class}.json"
+        if path.exists():
+            for tname, by_phase in json.loads(path.read_text())["winners"].items():
+                offered = {n for n, _ in M.VARIANTS[int(GGMLQuantizationType[tname])]}
+                assert set(by_phase.values()) <= offered, (path.name, tname)
+
+
+# --- the dispatcher by phase and shape ----------------------------------------------------------
+
+def _marker(value):
+    @numba.njit
+    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+        out[0, 0] = value
+    return kernel
+
+
+def test_shape_kernel_runs_the_variant_chosen_for_the_shape():
+    kernels = {n: _marker(float(i)) for i, n in enumerate(("pre", "odd", "dec"))}
+    chosen = {(Q8_0, "decode"): "dec", (Q8_0, "prefill"): "pre", (Q8_0, "prefill", 64, 256): "odd"}
+    kernel = sidecar.shape_kernel(Q8_0, "prefill", chosen, lambda q, n: kernels[n])
+    bufs = M.act_buffers(4, 256)
+    out = np.full((4, 64), -1.0, np.float32)
+    w = np.zeros(1, np.uint8)
+    for n_rows, n_cols, expect in ((32, 256, 0.0), (64, 256, 1.0), (64, 512, 0.0)):
+        kernel(w, n_rows, n_cols, *bufs, 4, out)
+        assert out[0, 0] == expect, (n_rows, n_cols)
+    assert sidecar.shape_kernel(Q8_0, "decode", chosen, lambda q, n: kernels[n]) is kernels["dec"]
+
+
+# --- greedy tokens, whichever variants run ------------------------------------------------------
+
+_GREEDY = """
+import hashlib, sys
+import numpy as np
+from dasllama.core import load
+from dasllama.kernels.matmul import ACTIVE
+from dasllama.kernels.quants import Q8_0
+model = load(sys.argv[1], n_ctx=64)
+ids, h = [1, 15, 29, 7, 3, 11], hashlib.sha256()
+logits = model.eval(ids)
+for _ in range(6):
+    h.update(logits.tobytes())
+    ids.append(int(np.argmax(logits)))
+    logits = model.eval(ids[-1:])
+print(",".join(map(str, ids)), h.hexdigest(), ACTIVE[Q8_0, "decode"], ACTIVE[Q8_0, "prefill"])
+"""
+
+
+def _greedy(path, env):
+    env = {k: v for k, v in env.items() if k != "NUMBA_CACHE_DIR"}   # each choice has its own cache
+    run = subprocess.run([sys.executable, "-c", _GREEDY, str(path)], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split()
+
+
+def test_greedy_tokens_and_logits_are_the_same_bits_with_other_winners(tiny_model):
+    path = tiny_model("llama", "Q8_0")
+    in_force = _greedy(path, os.environ)
+    chosen = {c.variant for c in sidecar.resolve({Q8_0: M.VARIANTS[Q8_0]})[0].values()}
+    others = [n for n, _ in M.VARIANTS[Q8_0] if n not in chosen]
+    simd_other = next(n for n in others if n.startswith("simd"))
+    pin = f"Q8_0:decode=ref,Q8_0:prefill={simd_other}"   # the plain loops, and another tile
+    pinned = _greedy(path, {**os.environ, sidecar.PIN_ENV: pin})
+    assert pinned[2:] == ["ref", simd_other] and in_force[2:] != pinned[2:]
+    assert pinned[:2] == in_force[:2]
