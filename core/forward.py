@@ -75,6 +75,14 @@ def _add_bias(fbuf, ftab, layer, slot, y):
 
 
 @njit(cache=True)
+def _add_residual(y, x):
+    """x += y, as ggml_add(y, x) rounds it (T, n_embd)."""
+    for t in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            x[t, i] = y[t, i] + x[t, i]
+
+
+@njit(cache=True)
 def _trace(trace, name, layer, y):
     if trace.shape[0] > 0:
         T, n = y.shape
@@ -164,9 +172,7 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         if ftab[il, F_ATTN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab, il, F_ATTN_POST_NORM), eps, ao)
         _trace(trace, 5, il, ao)
-        for t in range(T):
-            for i in range(n_embd):
-                x[t, i] = ao[t, i] + x[t, i]
+        _add_residual(ao, x)
         _trace(trace, 6, il, x)
 
         rms_norm(x, _fvec(fbuf, ftab, il, F_FFN_NORM), eps, xn)
@@ -188,9 +194,7 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         if ftab[il, F_FFN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab, il, F_FFN_POST_NORM), eps, ao)
         _trace(trace, 8, il, ao)
-        for t in range(T):
-            for i in range(n_embd):
-                x[t, i] = ao[t, i] + x[t, i]
+        _add_residual(ao, x)
         _trace(trace, 9, il, x)
 
     last = x[T - n_out:]

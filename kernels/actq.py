@@ -46,7 +46,7 @@ def act_buffers(n_tokens, n_cols):
 
 
 @njit(**JIT, inline="always")
-def _round_f16(x):
+def round_f16(x):
     return f16_to_f32(f32_to_f16(x))
 
 
@@ -75,9 +75,9 @@ def quantize_row_q8_0(x, xq, xd, xa, with_sums):
             q = np.rint(x[o + e] * inv)  # at most 127 in magnitude: amax * (127/amax) rounds there
             xq[o + e] = np.int8(q)
             total += np.int32(q)
-        xd[b] = _round_f16(d)
+        xd[b] = round_f16(d)
         if with_sums:
-            xa[b] = _round_f16(d * np.float32(total))
+            xa[b] = round_f16(d * np.float32(total))
 
 
 @njit(**JIT)
@@ -120,7 +120,7 @@ def quantize_act(kind, x, xq, xd, xa, xf):
             quantize_row_q8_k(x[t], xq[t], xd[t], xa[t])
         elif kind == ACT_F16:
             for e in range(x.shape[1]):
-                xf[t, e] = _round_f16(x[t, e])
+                xf[t, e] = round_f16(x[t, e])
         elif kind == ACT_BF16:
             for e in range(x.shape[1]):
                 xf[t, e] = _round_bf16(x[t, e])

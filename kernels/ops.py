@@ -10,7 +10,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .fp16 import f16_bits_to_f32, f32_to_f16_bits, round_f16
+from .actq import round_f16
+from .ir import f16_to_f32, f32_to_f16
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -114,7 +115,7 @@ def geglu(gate, up, table, out):
             elif g >= np.float32(10.0):
                 out[t, i] = g * up[t, i]
             else:
-                out[t, i] = table[f32_to_f16_bits(g)] * up[t, i]
+                out[t, i] = table[f32_to_f16(g)] * up[t, i]
 
 
 @njit(cache=True, boundscheck=False)
@@ -133,14 +134,14 @@ def store_kv(src, cache, pos0):
     T, n = src.shape
     for t in range(T):
         for i in range(n):
-            cache[pos0 + t, i] = f32_to_f16_bits(src[t, i])
+            cache[pos0 + t, i] = f32_to_f16(src[t, i])
 
 
 @njit(cache=True, boundscheck=False, inline="always")
 def _kq(q16, kcache, j, koff, head_dim):
     s = np.float32(0.0)
     for d in range(head_dim):
-        s += q16[d] * f16_bits_to_f32(kcache[j, koff + d])
+        s += q16[d] * f16_to_f32(kcache[j, koff + d])
     return s
 
 
@@ -200,7 +201,7 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
             else:
                 vs = np.float32(math.exp(s - M))
             for d in range(head_dim_v):
-                v = np.float64(f16_bits_to_f32(vcache[j, voff + d]))
+                v = np.float64(f16_to_f32(vcache[j, voff + d]))
                 acc[d] = round_f16(np.float32(v * vs + acc[d]))
             S = S * ms + vs
         inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
@@ -212,7 +213,7 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
 def _cache_to_f32(cache, n, off, width, dst):
     for j in range(n):
         for d in range(width):
-            dst[j, d] = f16_bits_to_f32(cache[j, off + d])
+            dst[j, d] = f16_to_f32(cache[j, off + d])
 
 
 TILE_Q = 16
