@@ -22,6 +22,12 @@ def prompt_ids(model, prompt, chat=False, system=None):
         bos = tok.token_to_piece(tok.bos_id, special=True).decode("utf-8", "replace") if tok.bos_id is not None else ""
         eos = tok.token_to_piece(tok.eos_id, special=True).decode("utf-8", "replace") if tok.eos_id is not None else ""
         text = render_chat(model.gguf.get("tokenizer.chat_template"), messages, bos, eos)
+        # as llama.cpp's common_chat_templates_apply: the tokenizer adds BOS/EOS itself, so a
+        # template that writes them would double them
+        if tok.add_bos and bos and text.startswith(bos):
+            text = text[len(bos):]
+        if tok.add_eos and eos and text.endswith(eos):
+            text = text[:-len(eos)]
         return tok.encode(text, add_special=True, parse_special=True)
     return tok.encode(prompt, add_special=True, parse_special=False)
 

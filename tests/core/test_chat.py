@@ -148,3 +148,14 @@ def test_the_helpers_and_variables_templates_rely_on():
     year = str(datetime.date.today().year)
     assert render_chat(template, messages, bos_token="<s>", eos_token="</s>") == f"<s>one</s>{year}>"
     assert render_chat(template, messages, add_generation_prompt=False).endswith(year)
+
+
+def test_a_template_that_writes_bos_does_not_double_it():
+    # llama.cpp strips the template's leading BOS text because its tokenizer adds BOS itself
+    from dasllama.core.generate import prompt_ids
+    from tests.core.test_tokenizer import spm
+    tok = spm(["▁Hi"])
+    template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    model = SimpleNamespace(tokenizer=tok, gguf={"tokenizer.chat_template": template})
+    ids = prompt_ids(model, "Hi", chat=True)
+    assert ids.count(tok.bos_id) == 1 and ids[0] == tok.bos_id
