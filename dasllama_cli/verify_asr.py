@@ -21,13 +21,13 @@ def load_clips(audio):
     return [(name, load(name)) for name in audio]
 
 
-def reference_model(model, ref_model):
+def reference_model(model, ref_model, command="verify"):
     """The .bin whisper.cpp loads: --ref-model, or our model as a ggml .bin (a CT2 dir is
     converted once into the cache dir)."""
     if ref_model:
         return os.path.abspath(ref_model)
     if model.format != "ggml":
-        click.echo(f"verify: giving whisper.cpp the weights of {model.path} as a ggml .bin "
+        click.echo(f"{command}: giving whisper.cpp the weights of {model.path} as a ggml .bin "
                    "(converted once, kept in the cache dir)", err=True)
     return os.fspath(ggml_bin(model.path))
 
