@@ -11,7 +11,7 @@ import time
 from functools import partial
 
 from .bench import IDLE_WAIT_S, summarize, take_sample
-from .whisper import FTYPES
+from .whisper import FTYPES, SAMPLE_RATE
 from .whisper_decode import transcribe
 
 FTYPE_NAMES = {file_type: name.upper() for name, (file_type, _) in FTYPES.items()} | {0: "F32"}
@@ -29,7 +29,7 @@ def model_bytes(path):
 
 
 def asr_record(engine, model_path, model, clip, samples, load_s, build):
-    duration = len(samples) / 16000
+    duration = len(samples) / SAMPLE_RATE
     return {
         "engine": engine, "build_commit": build["commit"], "cpu_info": build["cpu_info"],
         "backends": build["backends"], "model_filename": os.fspath(model_path),
@@ -72,7 +72,7 @@ def run_asr_bench(model, clips, reps, opts, build, ref=None, language=None,
     retaken = (lambda c, engine: partial(on_retake, c, engine)) if on_retake else (lambda c, engine: None)
     for rep in range(reps):
         for clip, samples in clips:
-            duration = len(samples) / 16000
+            duration = len(samples) / SAMPLE_RATE
             ns = take_sample(partial(time_ours, model, samples, opts), _best(ours[clip]), duration,
                              idle_wait, retaken(clip, "dasllama"))
             ours[clip]["samples_ns"].append(ns)

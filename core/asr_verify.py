@@ -9,6 +9,7 @@ the segment and token index, both tokens, and our top-2 logit gap there; our log
 between the two tokens within `tie_gap` is a near-tie (pywhispercpp gives no logits, so the
 margin is ours alone).
 """
+import math
 from dataclasses import asdict, dataclass, field
 
 from .verify import DEFAULT_TIE_GAP
@@ -88,7 +89,7 @@ def verify_clip(model, ref, name, samples, opts, tie_gap=DEFAULT_TIE_GAP):
     while n < min(len(mine), len(other)) and mine[n].key == other[n].key:
         n += 1
     result.n_matched = n
-    gaps = [trace[e.window].steps[e.step].gap for e in mine[:n]]
+    gaps = [g for g in (trace[e.window].steps[e.step].gap for e in mine[:n]) if math.isfinite(g)]
     result.min_gap = min(gaps) if gaps else None
     if n < max(len(mine), len(other)):
         result.divergence = divergence_at(tok, trace, mine, other, n, tie_gap)
@@ -183,7 +184,7 @@ def divergence_at(tok, trace, mine, other, n, tie_gap):
     if window is None or step >= len(trace[window].steps):
         return div
     s = trace[window].steps[step]
-    div.ours_gap = s.gap
+    div.ours_gap = s.gap if math.isfinite(s.gap) else None    # None: the rules left one token
     chosen = ours_id if ours_id >= 0 else tok.eot
     # when we stopped, our choice there was EOT (or the window ran out of context)
     if ref_id >= 0 and s.logit(chosen) is not None and s.logit(ref_id) is not None:

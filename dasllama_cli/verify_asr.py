@@ -7,7 +7,7 @@ import click
 
 from dasllama.core.asr_verify import exit_code, greedy_options, overall, verify_clip
 from dasllama.core.whisper import WhisperModel, WhisperModelError
-from dasllama.core.whisper_decode import TranscribeError
+from dasllama.core.whisper_decode import TranscribeError, check_language
 from dasllama.core.whisper_reference import WhisperCpp, WhisperCppError, check_available, ggml_bin
 from dasllama.formats.audio import AudioError, load
 
@@ -41,6 +41,7 @@ def verify_asr(setup_error, model_path, audio, ref_model, threads, language, tas
         check_available()
         clips = load_clips(audio)
         model = WhisperModel(model_path, n_threads=threads)
+        check_language(model.tokenizer, opts)
         ref_path = reference_model(model, ref_model)
         click.echo(f"verify: {model.path} against whisper.cpp (pywhispercpp) on {ref_path}, "
                    f"{model.n_threads} threads, greedy", err=True)
