@@ -33,8 +33,8 @@ class SetupError(click.ClickException):
 @click.option("-p", "--prompt", "prompts", multiple=True,
               help="Prompt to decode greedily; repeat for several (default: three short ones).")
 @click.option("-n", "--n-predict", default=64, show_default=True, help="Tokens to generate per prompt.")
-@click.option("--ref", type=click.Choice(["llama.cpp"]), default="llama.cpp", show_default=True,
-              help="Reference engine.")
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp"]), default=None,
+              help="Reference engine (default: llama.cpp; whisper.cpp with --asr).")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
               help="Dir with llama.cpp's tools (default: PATH, then llama-cpp-python, then dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
@@ -61,13 +61,16 @@ def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_mod
     """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts,
     or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does."""
     if asr or (model_path and is_whisper_model(model_path)):
-        if prompts:
-            raise click.UsageError("-p is for language models; --asr takes AUDIO files.")
+        if prompts or ref == "llama.cpp":
+            raise click.UsageError("-p and --ref llama.cpp are for language models; --asr takes "
+                                   "AUDIO files and whisper.cpp.")
         verify_asr(SetupError, model_path, audio, ref_model, threads, language, task,
                    not no_timestamps, tie_gap, strict, as_json)
     if audio:
         raise click.UsageError(f"unexpected argument {audio[0]!r}: AUDIO files go with --asr "
                                "and a Whisper model.")
+    if ref == "whisper.cpp":
+        raise click.UsageError("--ref whisper.cpp verifies Whisper models: pass one with -m (and --asr).")
     if model_path and os.path.isdir(model_path):
         raise SetupError(f"{model_path} is a directory: pass a GGUF file, or --asr for a "
                          "faster-whisper (CT2) dir.")
