@@ -11,7 +11,7 @@ import click
 from dasllama.core.asr_bench import run_asr_bench
 from dasllama.core.asr_verify import greedy_options
 from dasllama.core.receipt import build_receipt
-from dasllama.core.whisper import WhisperModel
+from dasllama.core.whisper import WhisperModel, default_model_path
 from dasllama.core.whisper_decode import check_language
 from dasllama.core.whisper_reference import WhisperCpp, check_available
 
@@ -29,7 +29,7 @@ def bench_asr(model_path, audio, repetitions, threads, fmt, ref, ref_model, wait
         if ref:
             check_available()
         clips = load_clips(audio)
-        model = WhisperModel(model_path, n_threads=threads)
+        model = WhisperModel(model_path or default_model_path(), n_threads=threads)
         told = check_language(model.tokenizer, opts)
         ref_path = reference_model(model, ref_model, "bench") if ref else None
         reference = WhisperCpp(ref_path, model.n_threads) if ref else None

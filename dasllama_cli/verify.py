@@ -26,7 +26,7 @@ class SetupError(click.ClickException):
 @click.argument("audio", nargs=-1)
 @click.option("-m", "--model", "model_path", type=click.Path(),
               help="GGUF model file (default: the installed default model); with --asr a "
-                   "whisper.cpp .bin or a faster-whisper (CT2) dir.")
+                   "whisper.cpp .bin or a faster-whisper (CT2) dir (default: an installed tiny.en).")
 @click.option("--asr", is_flag=True,
               help="Verify a Whisper model on AUDIO files against whisper.cpp (pywhispercpp), "
                    "greedy on both sides; implied when -m is a Whisper model.")

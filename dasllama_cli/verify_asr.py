@@ -6,7 +6,7 @@ import os
 import click
 
 from dasllama.core.asr_verify import exit_code, greedy_options, overall, verify_clip
-from dasllama.core.whisper import WhisperModel, WhisperModelError
+from dasllama.core.whisper import WhisperModel, WhisperModelError, default_model_path
 from dasllama.core.whisper_decode import TranscribeError, check_language
 from dasllama.core.whisper_reference import WhisperCpp, WhisperCppError, check_available, ggml_bin
 from dasllama.formats.audio import AudioError, load
@@ -34,13 +34,11 @@ def reference_model(model, ref_model, command="verify"):
 
 def verify_asr(setup_error, model_path, audio, ref_model, threads, language, task, timestamps,
                tie_gap, strict, as_json):
-    if not model_path:
-        raise click.UsageError("--asr needs -m: a whisper.cpp .bin or a faster-whisper (CT2) dir.")
     opts = greedy_options(language, task, timestamps)
     try:
         check_available()
         clips = load_clips(audio)
-        model = WhisperModel(model_path, n_threads=threads)
+        model = WhisperModel(model_path or default_model_path(), n_threads=threads)
         check_language(model.tokenizer, opts)
         ref_path = reference_model(model, ref_model)
         click.echo(f"verify: {model.path} against whisper.cpp (pywhispercpp) on {ref_path}, "
@@ -71,7 +69,8 @@ def render(i, r, tie_gap):
     d = r.divergence
     if d is None:
         segments = "1 segment" if n_seg == 1 else f"{n_seg} segments"
-        line = f"{head}: {r.verdict} over {len(r.ids)} tokens and start times in {segments}{gap}"
+        what = "tokens and start times" if any(row[2] == "t0" for row in r.ids) else "tokens"
+        line = f"{head}: {r.verdict} over {len(r.ids)} {what} in {segments}{gap}"
         if r.verdict == "transcript":
             line += ("; the tokens agree but the transcripts differ:\n" + _texts(r))
         return line
