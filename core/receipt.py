@@ -80,7 +80,7 @@ def physical_cores():
 def software_versions():
     """Python and the packages the numbers depend on, and the dasllama checkout's commit."""
     out = {"python": platform.python_version()}
-    for name in ("dasllama", "numpy", "numba", "llvmlite", "gguf", "tbb"):
+    for name in ("dasllama", "numpy", "numba", "llvmlite", "gguf", "tbb", "pywhispercpp"):
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:

@@ -217,6 +217,20 @@ def _is_ct2(path):
     return head != b"lmgg" and path.name == "model.bin"
 
 
+def is_whisper_model(path):
+    """Whether `path` looks like a Whisper model (a ggml .bin or a CT2 dir), by its first bytes,
+    not its name: commands use it to tell Whisper from GGUF language models."""
+    path = Path(path)
+    if path.is_dir():
+        return (path / "model.bin").is_file()
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head == b"lmgg" or path.name == "model.bin"
+
+
 class WhisperModel:
     """A loaded Whisper model: hyper-parameters, tokenizer, mel filters and weights."""
 

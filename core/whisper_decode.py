@@ -5,7 +5,8 @@ The rules follow openai-whisper (decoding.py, transcribe.py): the SOT sequence, 
 tokens, no blank first token, timestamp pairs that never go back, a first timestamp of at most
 1 s, timestamps forced when their total probability beats every text token. One difference,
 shared with whisper.cpp: a window that ends before 30 s sees the log-mel of the zero padding
-after the audio, not a window of zeros.
+after the audio, not a window of zeros. And one rule of whisper.cpp's, not openai's: a window
+stops at a timestamp within 100 ms of the end of the audio (there is nothing left to hear).
 """
 import time
 import zlib
@@ -13,12 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .whisper import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
+from .whisper import HOP_LENGTH, N_FFT, N_FRAMES, SAMPLE_RATE
 from .whisper_tokenizer import LANGUAGES
 
 TIME_PRECISION = 0.02                  # seconds per timestamp step (2 mel frames)
 INPUT_STRIDE = 2                       # mel frames per encoder position
 MIN_FRAMES = 10                        # windows under 100 ms are not decoded (whisper.cpp)
+TOP_K = 8                              # candidates a step records for `dasllama verify`
 # A window whose samples all stay below -80 dBFS is digital silence: Whisper would hallucinate
 # a word into it ("you"), so it is skipped without decoding.
 SILENCE_PEAK = 1e-4
@@ -51,6 +53,35 @@ class DecodeResult:
     temperature: float
     text: str = ""
     compression_ratio: float = 0.0
+    at_audio_end: bool = False         # stopped at a timestamp at the end of the audio
+
+
+@dataclass
+class Step:
+    """One greedy step as `dasllama verify` needs it: the best ids after the logit rules,
+    best first, and their logits."""
+    top_ids: list
+    top_logits: list
+
+    @property
+    def gap(self):
+        """Top-1 minus top-2 logit (inf when the rules leave one candidate)."""
+        return self.top_logits[0] - self.top_logits[1]
+
+    def logit(self, token):
+        """Our logit of `token` here; None when it is not among our top TOP_K."""
+        return dict(zip(self.top_ids, self.top_logits)).get(token)
+
+
+@dataclass
+class WindowTrace:
+    """What one 30 s window decoded: where it starts (mel frames), its sampled tokens, a Step
+    per token (one more for the closing EOT when there is one), and whether its segments were
+    kept (a no-speech window is dropped)."""
+    seek: int
+    tokens: list
+    steps: list
+    kept: bool = True
 
 
 @dataclass
@@ -149,8 +180,12 @@ def detect_language(model, cross):
     return tok.language_codes[best], dict(zip(tok.language_codes, probs.tolist()))
 
 
-def decode_window(model, cross, prompt, sot_sequence, opts, temperature, rng):
-    """Decode one window at one temperature; at t > 0 the best of `best_of` samples."""
+def decode_window(model, cross, prompt, sot_sequence, opts, temperature, rng, end_ts=None,
+                  steps=None):
+    """Decode one window at one temperature; at t > 0 the best of `best_of` samples.
+
+    end_ts: the first timestamp id within 100 ms of the end of the audio (None: no such rule);
+    steps: a list that receives a Step per greedy step."""
     tok = model.tokenizer
     hp = model.hparams
     prefix = []
@@ -167,15 +202,17 @@ def decode_window(model, cross, prompt, sot_sequence, opts, temperature, rng):
     best = None
     for c in range(n_candidates):
         run_cache = cache if c == n_candidates - 1 else _copy_cache(cache)
-        tokens, sum_logprob = _sample(model, cross, run_cache, logits[-1], rules, temperature,
-                                      rng, min(sample_len, hp.n_text_ctx - len(initial)))
+        tokens, sum_logprob, at_end = _sample(model, cross, run_cache, logits[-1], rules,
+                                              temperature, rng,
+                                              min(sample_len, hp.n_text_ctx - len(initial)),
+                                              end_ts, steps if temperature == 0 else None)
         score = sum_logprob / max(1, len(tokens))
         if best is None or score > best[0]:
-            best = (score, tokens, sum_logprob)
-    _, tokens, sum_logprob = best
+            best = (score, tokens, sum_logprob, at_end)
+    _, tokens, sum_logprob, at_end = best
     text = tok.decode(tokens)
     return DecodeResult(tokens, sum_logprob / (len(tokens) + 1), no_speech_prob, temperature,
-                        text, compression_ratio(text))
+                        text, compression_ratio(text), at_end)
 
 
 def _copy_cache(cache):
@@ -184,7 +221,8 @@ def _copy_cache(cache):
     return clone
 
 
-def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens):
+def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens, end_ts, steps):
+    """(tokens, sum of their log-probabilities, stopped at the end of the audio)."""
     tok = model.tokenizer
     tokens, sum_logprob = [], 0.0
     for _ in range(max_tokens):
@@ -195,19 +233,39 @@ def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens):
         else:
             p = np.exp(logprobs / temperature - (logprobs / temperature).max())
             nxt = int(rng.choice(len(p), p=p / p.sum()))
+        if steps is not None:
+            steps.append(top_step(row))
         sum_logprob += float(logprobs[nxt])
         if nxt == tok.eot:
             break
         tokens.append(nxt)
+        if end_ts is not None and nxt >= end_ts:
+            return tokens, sum_logprob, True
         logits = model.decode([nxt], cache, cross)[-1]
-    return tokens, sum_logprob
+    return tokens, sum_logprob, False
 
 
-def decode_with_fallback(model, cross, prompt, sot_sequence, opts, rng):
+def top_step(row):
+    """The Step of a logits row: its TOP_K best ids (ties to the lower id) and logits."""
+    best = np.argpartition(-row, TOP_K)[:TOP_K]
+    best = best[np.lexsort((best, -row[best]))]
+    return Step([int(i) for i in best], [float(row[i]) for i in best])
+
+
+def end_timestamp(tok, seek, audio_frames):
+    """The first timestamp id of the window at `seek` that lies within MIN_FRAMES of the end
+    of the audio: whisper.cpp ends a window there (`seek + seek_delta + delta_min >= seek_end`;
+    <|0.00|> does not count)."""
+    return tok.timestamp_begin + max(1, -(-(audio_frames - MIN_FRAMES - seek) // INPUT_STRIDE))
+
+
+def decode_with_fallback(model, cross, prompt, sot_sequence, opts, rng, end_ts=None, steps=None):
     """openai's fallback: retry hotter while the text is too repetitive or too improbable."""
     result = None
     for t in opts.temperatures:
-        result = decode_window(model, cross, prompt, sot_sequence, opts, t, rng)
+        if steps is not None:
+            steps.clear()
+        result = decode_window(model, cross, prompt, sot_sequence, opts, t, rng, end_ts, steps)
         too_repetitive = (opts.compression_ratio_threshold is not None
                           and result.compression_ratio > opts.compression_ratio_threshold)
         too_unlikely = (opts.logprob_threshold is not None
@@ -242,8 +300,10 @@ def check_language(tok, opts):
     return code
 
 
-def transcribe(model, samples, opts=None, progress=None):
-    """Transcript of 16 kHz mono samples: 30 s windows, each seeking to its last timestamp."""
+def transcribe(model, samples, opts=None, progress=None, trace=None):
+    """Transcript of 16 kHz mono samples: 30 s windows, each seeking to its last timestamp.
+
+    trace: a list that receives a WindowTrace per decoded window (for `dasllama verify`)."""
     opts = opts or DecodeOptions()
     tok = model.tokenizer
     timings = {"mel_s": 0.0, "encode_s": 0.0, "decode_s": 0.0, "windows": 0}
@@ -252,6 +312,9 @@ def transcribe(model, samples, opts=None, progress=None):
     mel = model.log_mel(samples)                                   # (n_mels, frames + 3000)
     timings["mel_s"] = time.perf_counter() - t0
     content_frames = mel.shape[1] - N_FRAMES
+    # whisper.cpp's count of the audio's frames (mel.n_len_org), one less than ours for most
+    # lengths: where its end-of-audio rule falls
+    audio_frames = 1 + (len(samples) - N_FFT // 2) // HOP_LENGTH
     language = check_language(tok, opts)
     rng = np.random.default_rng(opts.seed)
     segments, all_tokens = [], []
@@ -276,17 +339,23 @@ def transcribe(model, samples, opts=None, progress=None):
             language, _ = detect_language(model, cross)
         sot_sequence = tok.sot_sequence(language, opts.task)
         prompt = all_tokens[prompt_reset_since:] if opts.condition_on_previous_text else []
-        result = decode_with_fallback(model, cross, prompt, sot_sequence, opts, rng)
+        end_ts = end_timestamp(tok, seek, audio_frames) if opts.timestamps else None
+        steps = [] if trace is not None else None
+        result = decode_with_fallback(model, cross, prompt, sot_sequence, opts, rng, end_ts, steps)
         timings["decode_s"] += time.perf_counter() - t1
         previous_seek = seek
         skip = (opts.no_speech_threshold is not None
                 and result.no_speech_prob > opts.no_speech_threshold
                 and not (opts.logprob_threshold is not None
                          and result.avg_logprob > opts.logprob_threshold))
+        if trace is not None:
+            trace.append(WindowTrace(previous_seek, result.tokens, steps, kept=not skip))
         if skip:
             seek += segment_size
         else:
             new, seek = _segments(tok, result, seek, segment_size, time_offset)
+            if result.at_audio_end:
+                seek = previous_seek + segment_size
             new = [s for s in new if s.start != s.end and s.text.strip()]
             segments += new
             all_tokens += [t for s in new for t in s.tokens]
@@ -332,5 +401,5 @@ def _segments(tok, result, seek, segment_size, time_offset):
     return [segment(time_offset, time_offset + duration, tokens)], seek + segment_size
 
 
-__all__ = ["TranscribeError", "DecodeOptions", "DecodeResult", "Segment", "Transcript",
-           "transcribe", "check_language", "detect_language", "decode_window", "LogitRules"]
+__all__ = ["TranscribeError", "DecodeOptions", "DecodeResult", "Segment", "Transcript", "Step",
+           "WindowTrace", "transcribe", "check_language", "detect_language", "decode_window", "LogitRules"]

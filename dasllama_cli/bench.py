@@ -1,5 +1,6 @@
 """`dasllama bench`: llama-bench's tests and output for our engine, with llama-bench itself run
-beside it (--ref llama.cpp) and a receipt of the machine, software and inputs."""
+beside it (--ref llama.cpp) and a receipt of the machine, software and inputs; with a Whisper
+model, transcriptions of AUDIO files timed beside whisper.cpp's (--ref whisper.cpp)."""
 import csv
 import io
 import json
@@ -12,7 +13,9 @@ from dasllama.core import load
 from dasllama.core.bench import IDLE_WAIT_S, run_bench, tests_for
 from dasllama.core.receipt import build_receipt, dasllama_commit, physical_cores, probe_hardware
 from dasllama.core.reference import ReferenceError, find_reference
+from dasllama.core.whisper import is_whisper_model
 
+from .bench_asr import bench_asr
 from .errors import USER_ERRORS
 
 # llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
@@ -33,8 +36,12 @@ def int_list(ctx, param, value):
 
 
 @click.command()
-@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
-              help="GGUF model file (default: the installed default model).")
+@click.argument("audio", nargs=-1)
+@click.option("-m", "--model", "model_path", type=click.Path(),
+              help="GGUF model file (default: the installed default model), or a Whisper model "
+                   "(whisper.cpp .bin or faster-whisper dir) to time transcriptions of AUDIO.")
+@click.option("--asr", is_flag=True,
+              help="Time transcriptions of AUDIO files (implied when -m is a Whisper model).")
 @click.option("-p", "--n-prompt", default="512", show_default=True, callback=int_list,
               help="Prompt tokens of the pp tests (comma-separated list; 0: none).")
 @click.option("-n", "--n-gen", default="128", show_default=True, callback=int_list,
@@ -45,19 +52,39 @@ def int_list(ctx, param, value):
               help="Threads for both engines (default: the physical cores, as llama-bench).")
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "json", "csv", "jsonl"]), default="md",
               show_default=True, help="Output format.")
-@click.option("--ref", type=click.Choice(["llama.cpp"]), default=None,
-              help="Run llama-bench on the same file and threads, interleaved with ours, and add the ratio.")
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp"]), default=None,
+              help="Run llama-bench (or for Whisper, whisper.cpp through pywhispercpp) on the same "
+                   "weights and threads, interleaved with ours, and add the ratio.")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
               help="Dir with llama-bench (default: PATH, then dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
-              help="File for llama-bench to load instead of -m.")
+              help="File for the reference to load instead of -m (Whisper default: -m as a ggml .bin).")
 @click.option("--wait-idle", default=IDLE_WAIT_S, show_default=True, type=click.FloatRange(0),
               help="Before each sample, wait up to this many seconds for other processes to leave the CPUs.")
 @click.option("--receipt", "receipt_path", type=click.Path(dir_okay=False, writable=True),
               help="Write the results with the receipt (commands, versions, sha256 of inputs, hardware) as JSON.")
-def bench_cmd(model_path, n_prompt, n_gen, repetitions, threads, fmt, ref, ref_bin, ref_model, wait_idle,
-              receipt_path):
-    """Measure prompt (pp) and generation (tg) speed as llama-bench does."""
+@click.option("-l", "--language", default=None,
+              help="Whisper: spoken language for both engines (default: detect; English-only models: en).")
+@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
+              show_default=True, help="Whisper: the task for both engines.")
+@click.option("-nt", "--no-timestamps", is_flag=True, help="Whisper: decode without timestamp tokens.")
+def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, ref, ref_bin, ref_model,
+              wait_idle, receipt_path, language, task, no_timestamps):
+    """Measure prompt (pp) and generation (tg) speed as llama-bench does; with a Whisper model,
+    the wall time and real-time factor of transcribing AUDIO."""
+    if asr or (model_path and is_whisper_model(model_path)):
+        if ref == "llama.cpp":
+            raise click.UsageError("--ref llama.cpp times language models; a Whisper model takes "
+                                   "--ref whisper.cpp.")
+        hardware = probe_hardware()
+        _warn_if_busy(hardware)
+        bench_asr(model_path, audio, repetitions, threads or physical_cores(), fmt, ref, ref_model,
+                  wait_idle, receipt_path, language, task, not no_timestamps, hardware, _build(hardware))
+        return
+    if audio:
+        raise click.UsageError(f"unexpected argument {audio[0]!r}: AUDIO files go with a Whisper model.")
+    if ref == "whisper.cpp":
+        raise click.UsageError("--ref whisper.cpp times Whisper models: pass one with -m.")
     tests = tests_for(n_prompt, n_gen)
     if not tests:
         raise click.UsageError("nothing to measure: give -p or -n a count above 0.")
@@ -72,11 +99,8 @@ def bench_cmd(model_path, n_prompt, n_gen, repetitions, threads, fmt, ref, ref_b
     except (ReferenceError, *USER_ERRORS) as e:
         raise click.ClickException(str(e)) from None
     hardware = probe_hardware()
-    if hardware["loadavg_1m"] and hardware["loadavg_1m"] > 0.5 * hardware["logical_cpus"]:
-        click.echo(f"bench: the machine is busy (load {hardware['loadavg_1m']:.1f} on "
-                   f"{hardware['logical_cpus']} CPUs): figures will be low and noisy.", err=True)
-    build = {"commit": (dasllama_commit().get("dasllama_commit") or "unknown")[:7],
-             "cpu_info": hardware["cpu_model"]}
+    _warn_if_busy(hardware)
+    build = _build(hardware)
 
     def progress(test, rep, ours_ts, ref_ts):
         theirs = f", llama.cpp {ref_ts:.2f} t/s" if ref_ts is not None else ""
@@ -102,6 +126,17 @@ def bench_cmd(model_path, n_prompt, n_gen, repetitions, threads, fmt, ref, ref_b
             json.dump({"results": records, "receipt": receipt}, f, indent=2)
             f.write("\n")
     click.echo(render(records, fmt, receipt, ref is not None), nl=False)
+
+
+def _warn_if_busy(hardware):
+    if hardware["loadavg_1m"] and hardware["loadavg_1m"] > 0.5 * hardware["logical_cpus"]:
+        click.echo(f"bench: the machine is busy (load {hardware['loadavg_1m']:.1f} on "
+                   f"{hardware['logical_cpus']} CPUs): figures will be low and noisy.", err=True)
+
+
+def _build(hardware):
+    return {"commit": (dasllama_commit().get("dasllama_commit") or "unknown")[:7],
+            "cpu_info": hardware["cpu_model"]}
 
 
 def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, ref, ref_model):

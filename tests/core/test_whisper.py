@@ -12,6 +12,7 @@ from dasllama.core.whisper import (N_FRAMES, WhisperModel, WhisperModelError,
                                    convert_ct2_to_ggml, log_mel_spectrogram, mel_filters)
 from dasllama.core.whisper_decode import (DecodeOptions, LogitRules, TranscribeError,
                                           transcribe)
+from dasllama.core.whisper_reference import WhisperCpp
 from dasllama.core.whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
 from dasllama.formats import audio, whisper_ggml
 from tests import whisper_assets
@@ -167,23 +168,17 @@ def test_tiny_en_transcribes_the_clips(tiny, name):
         assert (len(t.segments) > 1) == (timestamps and name == "beckett.wav")
 
 
-def whisper_cpp(model_path, samples, timestamps, language="en", task="transcribe"):
-    """Token ids of whisper.cpp's greedy decoding, rebuilt into the sampled sequence."""
-    pywhispercpp = pytest.importorskip("pywhispercpp.model", reason="pip install pywhispercpp==1.5.1")
-    import _pywhispercpp as pw
-    model = pywhispercpp.Model(str(model_path), redirect_whispercpp_logs_to=None, n_threads=2,
-                               language=language, translate=task == "translate",
-                               no_timestamps=not timestamps, suppress_nst=True,
-                               print_progress=False, print_realtime=False)
-    model.transcribe(samples)
-    ctx = model._ctx
-    beg = pw.whisper_token_beg(ctx)
+def whisper_cpp(model_path, samples, timestamps, beg, language="en", task="transcribe"):
+    """Token ids of whisper.cpp's greedy decoding, rebuilt into the sampled sequence (one
+    window: timestamps relative to 0); beg is the <|0.00|> id."""
+    pytest.importorskip("pywhispercpp", reason="pip install pywhispercpp==1.5.1")
+    with WhisperCpp(model_path, n_threads=2) as ref:
+        run = ref.transcribe(samples, language, task, timestamps)
     tokens = []
-    for i in range(pw.whisper_full_n_segments(ctx)):
-        ids = [pw.whisper_full_get_token_id(ctx, i, j) for j in range(pw.whisper_full_n_tokens(ctx, i))]
+    for i, segment in enumerate(run.segments):
         if timestamps and i > 0:   # a segment's opening timestamp is kept only as its t0
-            tokens.append(beg + pw.whisper_full_get_segment_t0(ctx, i) // 2)
-        tokens += [t for t in ids if t != pw.whisper_token_eot(ctx)]
+            tokens.append(beg + segment.t0 // 2)
+        tokens += segment.tokens
     return tokens
 
 
@@ -210,7 +205,7 @@ def assert_parity(model, bin_path, name, timestamps):
     samples = clip(name)
     opts = DecodeOptions(timestamps=timestamps, language="en")
     ours = transcribe(model, samples, opts).tokens
-    ref = whisper_cpp(bin_path, samples, timestamps)
+    ref = whisper_cpp(bin_path, samples, timestamps, model.tokenizer.timestamp_begin)
     if ours != ref:
         gaps = teacher_forced_gaps(model, samples, ref, opts)
         first = next(i for i, (a, b) in enumerate(zip(ours + [-1], ref + [-1])) if a != b)
@@ -251,8 +246,9 @@ def test_quantized_bins_load_in_both_engines(tiny_dir, ftype):
     assert g.hparams["ftype"] % whisper_ggml.QNT_VERSION_FACTOR in (7, 8)
     assert g.tensors["encoder.blocks.0.mlp.0.weight"].data.dtype == np.uint8
     samples = clip("clone-test.wav")
-    ours = transcribe(WhisperModel(path), samples, DecodeOptions(timestamps=False))
-    ref = whisper_cpp(path, samples, timestamps=False)
+    model = WhisperModel(path)
+    ours = transcribe(model, samples, DecodeOptions(timestamps=False))
+    ref = whisper_cpp(path, samples, False, model.tokenizer.timestamp_begin)
     assert ours.text == CLIPS["clone-test.wav"]
     assert [t for t in ref if t < 50256] == ours.tokens
 
