@@ -1,8 +1,6 @@
 """`dasllama bench`: llama-bench's tests and output for our engine, with llama-bench itself run
 beside it (--ref llama.cpp) and a receipt of the machine, software and inputs; with a Whisper
 model, transcriptions of AUDIO files timed beside whisper.cpp's (--ref whisper.cpp)."""
-import csv
-import io
 import json
 import os
 import shlex
@@ -16,6 +14,7 @@ from dasllama.core.reference import ReferenceError, find_reference
 from dasllama.core.whisper import is_whisper_model
 
 from .bench_asr import bench_asr
+from .bench_output import render
 from .errors import USER_ERRORS
 
 # llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
@@ -125,7 +124,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         with open(receipt_path, "w") as f:
             json.dump({"results": records, "receipt": receipt}, f, indent=2)
             f.write("\n")
-    click.echo(render(records, fmt, receipt, ref is not None), nl=False)
+    click.echo(render(records, fmt, receipt, ref is not None, FIELDS, to_markdown), nl=False)
 
 
 def _warn_if_busy(hardware):
@@ -147,26 +146,6 @@ def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, ref, ref_m
     if ref_model:
         args += ["--ref-model", os.path.abspath(ref_model)]
     return shlex.join(args)
-
-
-def render(records, fmt, receipt, with_ref):
-    if fmt == "json":
-        return json.dumps({"results": records, "receipt": receipt}, indent=2) + "\n"
-    if fmt == "jsonl":
-        return "".join(json.dumps(r) + "\n" for r in records)
-    if fmt == "csv":
-        return to_csv(records, with_ref)
-    return to_markdown(records, with_ref)
-
-
-def to_csv(records, with_ref):
-    columns = ["engine", *FIELDS] + (["ratio"] if with_ref else [])
-    out = io.StringIO()
-    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
-    writer.writerow(columns)
-    for r in records:
-        writer.writerow([r.get(c, "") for c in columns])
-    return out.getvalue()
 
 
 def to_markdown(records, with_ref):

@@ -1,7 +1,5 @@
 """`dasllama bench` with a Whisper model: wall time and real-time factor per clip, the model
 load apart, whisper.cpp (pywhispercpp) beside it on the same weights (--ref whisper.cpp)."""
-import csv
-import io
 import json
 import os
 import shlex
@@ -15,6 +13,7 @@ from dasllama.core.whisper import WhisperModel, default_model_path
 from dasllama.core.whisper_decode import check_language
 from dasllama.core.whisper_reference import WhisperCpp, check_available
 
+from .bench_output import render
 from .verify_asr import ASR_ERRORS, load_clips, reference_model
 
 FIELDS = ("build_commit", "cpu_info", "backends", "model_filename", "model_type", "model_size",
@@ -70,7 +69,7 @@ def bench_asr(model_path, audio, repetitions, threads, fmt, ref, ref_model, wait
         with open(receipt_path, "w") as f:
             json.dump({"results": records, "receipt": receipt}, f, indent=2)
             f.write("\n")
-    click.echo(render(records, fmt, receipt, ref is not None), nl=False)
+    click.echo(render(records, fmt, receipt, ref is not None, FIELDS, to_markdown), nl=False)
 
 
 def weight_files(path):
@@ -95,26 +94,6 @@ def our_command_line(model_path, audio, reps, threads, fmt, ref, ref_model, lang
     if ref_model:
         args += ["--ref-model", os.path.abspath(ref_model)]
     return shlex.join(args + [os.path.abspath(a) for a in audio])
-
-
-def render(records, fmt, receipt, with_ref):
-    if fmt == "json":
-        return json.dumps({"results": records, "receipt": receipt}, indent=2) + "\n"
-    if fmt == "jsonl":
-        return "".join(json.dumps(r) + "\n" for r in records)
-    if fmt == "csv":
-        return to_csv(records, with_ref)
-    return to_markdown(records, with_ref)
-
-
-def to_csv(records, with_ref):
-    columns = ["engine", *FIELDS] + (["ratio"] if with_ref else [])
-    out = io.StringIO()
-    writer = csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n")
-    writer.writerow(columns)
-    for r in records:
-        writer.writerow([r.get(c, "") for c in columns])
-    return out.getvalue()
 
 
 def to_markdown(records, with_ref):
