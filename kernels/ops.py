@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from .actq import round_f16
-from .ir import f16_to_f32, f32_to_f16
+from .ir import f16_to_f32, f32_to_f16, fma_f32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -58,6 +58,8 @@ def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
     """Rotate the first n_rot dims of every head of x (T, n_heads*head_dim) in place.
 
     Angles are iterated in f32 (theta *= theta_scale) as ggml's rope cache does, not powed.
+    The rotation is contracted as gcc compiles ggml's rotate_pairs (-ffp-contract=fast):
+    x0*cos - x1*sin = fma(x0, cos, -(x1*sin)), x0*sin + x1*cos = fma(x0, sin, x1*cos).
     """
     T = x.shape[0]
     half = n_rot // 2
@@ -81,8 +83,8 @@ def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
                     b = a + 1
                 x0 = x[t, a]
                 x1 = x[t, b]
-                x[t, a] = x0 * cos_t[i] - x1 * sin_t[i]
-                x[t, b] = x0 * sin_t[i] + x1 * cos_t[i]
+                x[t, a] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
+                x[t, b] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
 
 
 def gelu_table():
@@ -138,11 +140,33 @@ def store_kv(src, cache, pos0):
 
 
 @njit(cache=True, boundscheck=False, inline="always")
-def _kq(q16, kcache, j, koff, head_dim):
-    s = np.float32(0.0)
-    for d in range(head_dim):
-        s += q16[d] * f16_to_f32(kcache[j, koff + d])
-    return s
+def _kq(q16, kcache, j, koff, head_dim, acc):
+    """ggml_vec_dot_f16 of AVX-512 (F16C on f32 lanes): 4 accumulators x 16 lanes of fma over
+    steps of 64, folded 0+2, 1+3, then 0+1, then _mm512_reduce_add_ps; the tail summed in
+    double. acc: (4, 16) f32 scratch."""
+    acc[:, :] = 0.0
+    n_main = head_dim - head_dim % 64
+    for i in range(0, n_main, 64):
+        for a in range(4):
+            for lane in range(16):
+                d = i + 16 * a + lane
+                acc[a, lane] = fma_f32(f16_to_f32(kcache[j, koff + d]), q16[d], acc[a, lane])
+    for lane in range(16):
+        acc[0, lane] = (acc[0, lane] + acc[2, lane]) + (acc[1, lane] + acc[3, lane])
+    total = np.float64(_reduce16(acc[0]))
+    for d in range(n_main, head_dim):
+        total += np.float64(f16_to_f32(kcache[j, koff + d]) * q16[d])
+    return np.float32(total)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _reduce16(a):
+    """_mm512_reduce_add_ps as gcc expands it: halves 8, 4, 2, 1."""
+    s0 = (a[0] + a[8]) + (a[4] + a[12])
+    s1 = (a[1] + a[9]) + (a[5] + a[13])
+    s2 = (a[2] + a[10]) + (a[6] + a[14])
+    s3 = (a[3] + a[11]) + (a[7] + a[15])
+    return (s0 + s2) + (s1 + s3)
 
 
 @njit(cache=True, boundscheck=False)
@@ -183,12 +207,13 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
             lo = p - n_swa + 1
         qv = np.empty(head_dim, np.float32)
         acc = np.zeros(head_dim_v, np.float32)
+        lanes = np.empty((4, 16), np.float32)
         for d in range(head_dim):
             qv[d] = round_f16(q[t, h * head_dim + d])
         M = np.float32(-np.inf)
         S = np.float32(0.0)
         for j in range(lo, p + 1):
-            s = _kq(qv, kcache, j, koff, head_dim) * np.float32(scale)
+            s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
             if softcap != 0.0:
                 s = np.float32(softcap) * np.float32(math.tanh(s))
             ms = np.float32(1.0)
@@ -201,9 +226,8 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
             else:
                 vs = np.float32(math.exp(s - M))
             for d in range(head_dim_v):
-                v = np.float64(f16_to_f32(vcache[j, voff + d]))
-                acc[d] = round_f16(np.float32(v * vs + acc[d]))
-            S = S * ms + vs
+                acc[d] = round_f16(fma_f32(f16_to_f32(vcache[j, voff + d]), vs, acc[d]))
+            S = fma_f32(S, ms, vs)
         inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
         for d in range(head_dim_v):
             out[t, h * head_dim_v + d] = acc[d] * inv
