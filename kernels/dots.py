@@ -7,9 +7,13 @@ sums into floats. On x86 (AVX2 and up) llama.cpp 0c1e570 does one of three thing
   32-element group go into 8 int32 lanes, lane l holding elements 4l..4l+3 (pmaddubsw +
   pmaddwd); per block `acc8 = fma(d, float(lanes), acc8)`; at the end `hsum8(acc8)` in the
   order of hsum_float_8, plus a scalar fma-accumulated min term for Q4_1/Q5_1/Q5_K.
-* SCALAR (the repacked 8-row gemv for Q4_0, Q4_K and, with AVX-512, Q2_K): per block one
-  int32 sum, `acc = fma(float(isum), dw*dx, acc)`, mins in a second accumulator subtracted
-  at the end.
+* SCALAR (the repacked 8-row kernels for Q4_0, Q4_K and, with AVX-512, Q2_K, on weights with
+  rows % 8 == 0): per chunk of a block one int32 sum, `acc = fma(float(isum), dw*dx, acc)`,
+  mins in a second accumulator subtracted at the end. The gemv (one token) takes the whole
+  block as one chunk; the gemm, which serves the first T - T%4 tokens of a batch of T >= 4
+  (repack.cpp forward_mul_mat_one_chunk; the last T%4 go through the gemv), takes chunks of
+  64 for Q4_K and 128 for Q2_K (arch/x86/repack.cpp ggml_gemm_q4_K_8x8_q8_K and
+  ggml_gemm_q2_K_8x8_q8_K: one fma per `sb`), and the whole block for Q4_0.
 * FLOAT (F32/F16/BF16): 4 accumulators x 16 lanes of fma over steps of 64, pairwise
   reduced, then the tail summed in double (the AVX-512 ggml_vec_dot_f16). For two tokens or
   more llamafile's tinyBLAS takes over where it can (rows % 4 == 0, cols % 16 == 0): one
@@ -95,14 +99,15 @@ def _wscale(qtype, w, p, e):
 
 
 @njit(**JIT, inline="always")
-def _min_dot(qtype, w, p, bsums, g0):
-    """Sum over sub-blocks of min * activation sum (K-quants with mins), exact int."""
+def _min_dot(qtype, w, p, bsums, g0, e0=0, e1=256):
+    """Sum of min * activation sum over the sub-blocks of elements e0..e1 (K-quants with
+    mins), exact int."""
     s = np.int32(0)
     if qtype == Q2_K:
-        for j in range(16):
+        for j in range(e0 // 16, e1 // 16):
             s += np.int32(w[p + j] >> 4) * np.int32(bsums[g0 + j])
     else:
-        for j in range(8):
+        for j in range(e0 // 32, e1 // 32):
             s += scale_min_k4(w, p + 4, j)[1] * np.int32(bsums[g0 + 2 * j] + bsums[g0 + 2 * j + 1])
     return s
 
@@ -146,8 +151,31 @@ def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
     return hsum8(acc) + summs
 
 
+@njit(**JIT, inline="always")
+def gemm_chunk(qtype):
+    """Elements per fma in the repacked gemm (the block in the gemv)."""
+    if qtype == Q4_K:
+        return 64
+    if qtype == Q2_K:
+        return 128
+    return 32 if qtype == Q4_0 else 256
+
+
+@njit(**JIT, inline="always")
+def gemm_tokens(qtype, n_rows, n_cols, n_tokens):
+    """How many leading tokens of a batch llama.cpp multiplies with its gemm rather than its
+    gemv/vec_dot, where the two fold differently: all of them for float weights under
+    tinyBLAS, the first T - T%4 for repacked Q4_K/Q2_K; else 0."""
+    if qtype == F32 or qtype == F16 or qtype == BF16:
+        return n_tokens if float_gemm_applies(n_rows, n_cols, n_tokens) else 0
+    if (qtype == Q4_K or qtype == Q2_K) and n_rows % 8 == 0 and n_tokens >= 4:
+        return n_tokens - n_tokens % 4
+    return 0
+
+
 @njit(**JIT)
-def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa):
+def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk):
+    """chunk: elements per fma (see gemm_chunk), the block size in the gemv."""
     be = 32 if qtype == Q4_0 else 256
     bb = BLOCK_BYTES[qtype]
     acc = np.float32(0)
@@ -155,16 +183,17 @@ def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa):
     for b in range(n_cols // be):
         p = p0 + b * bb
         o = b * be
-        s = np.int32(0)
-        for e in range(be):
-            s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
-        if qtype == Q4_0:
-            acc = fma_f32(np.float32(s), f16_at(w, p) * xd[b], acc)
-        else:
-            dd = p + 80 if qtype == Q2_K else p
-            acc = fma_f32(np.float32(s), f16_at(w, dd) * xd[b], acc)
-            m = _min_dot(qtype, w, p, xa, 16 * b)
-            accm = fma_f32(np.float32(m), f16_at(w, dd + 2) * xd[b], accm)
+        for e0 in range(0, be, chunk):
+            s = np.int32(0)
+            for e in range(e0, e0 + chunk):
+                s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+            if qtype == Q4_0:
+                acc = fma_f32(np.float32(s), f16_at(w, p) * xd[b], acc)
+            else:
+                dd = p + 80 if qtype == Q2_K else p
+                acc = fma_f32(np.float32(s), f16_at(w, dd) * xd[b], acc)
+                m = _min_dot(qtype, w, p, xa, 16 * b, e0, e0 + chunk)
+                accm = fma_f32(np.float32(m), f16_at(w, dd + 2) * xd[b], accm)
     return acc - accm
 
 
@@ -215,14 +244,15 @@ def _float_at(qtype, w, p):
 
 
 @njit(**JIT)
-def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, float_gemm):
+def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, gemm):
     """Row at byte p0 of w against one activation row (xq, xd, xa, xf of one token);
-    float_gemm: the tinyBLAS fold for float weights (see float_gemm_applies)."""
+    gemm: this token takes llama.cpp's gemm fold (see gemm_tokens)."""
     fold = fold_of(qtype)
     if fold == FOLD_FLOAT:
-        if float_gemm:
+        if gemm:
             return dot_float_gemm(qtype, w, p0, n_cols, xf)
         return dot_float(qtype, w, p0, n_cols, xf)
     if fold == FOLD_SCALAR:
-        return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa)
+        chunk = gemm_chunk(qtype) if gemm else (32 if qtype == Q4_0 else 256)
+        return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk)
     return dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa)

@@ -15,9 +15,9 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .blockdots import FMTS
+from .blockdots import FMTS, GEMM_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, vec
-from .dots import float_gemm_applies
+from .dots import gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
 
 FORMATS = tuple(FMTS) + (F16, BF16, F32)
@@ -179,11 +179,12 @@ _tiles = {}
 def tile_intrinsic(qtype, rows, tokens, vnni=False, gemm=False):
     """numba intrinsic tile(w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride,
     n_tok, n_blocks, out, out_stride): addresses as uint64/int64, strides in bytes.
-    vnni: vpdpbusd lanes; gemm: the tinyBLAS fold for float weights."""
+    vnni: vpdpbusd lanes; gemm: llama.cpp's gemm fold (tinyBLAS for float weights, the
+    repacked gemm for GEMM_FMTS)."""
     key = (qtype, rows, tokens, vnni, gemm)
     if key in _tiles:
         return _tiles[key]
-    fmt = FMTS.get(qtype)
+    fmt = GEMM_FMTS[qtype] if gemm and qtype in GEMM_FMTS else FMTS.get(qtype)
     name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}{'_gemm' if gemm else ''}"
 
     def build_function(module):
@@ -268,12 +269,14 @@ def variants(qtype):
 def make_kernel(qtype, rows, tokens, rows1, vnni=False):
     """kernel(w, R, C, xq, xd, xa, xf, T, out): (rows x tokens) tiles over full token tiles,
     then the leftover tokens one at a time with (rows1 x 1) tiles (T=1 decode is all leftover).
-    Float weights take the tinyBLAS fold for every token when llama.cpp would (T >= 2 and the
-    shape allows it), else the vec_dot fold, one token at a time."""
+    Where llama.cpp's gemm folds unlike its gemv (float weights under tinyBLAS, repacked
+    Q4_K/Q2_K), the tokens dots.gemm_tokens names take the gemm fold and the rest the gemv's;
+    the main tiles then cover only gemm tokens."""
     is_float = qtype in (F16, BF16, F32)
-    main = tile_intrinsic(qtype, rows, tokens, vnni, gemm=is_float)
+    two_folds = is_float or qtype in GEMM_FMTS
+    main = tile_intrinsic(qtype, rows, tokens, vnni, gemm=two_folds)
     single = tile_intrinsic(qtype, rows1, 1, vnni)
-    single_gemm = tile_intrinsic(qtype, rows1, 1, vnni, gemm=is_float)
+    single_gemm = tile_intrinsic(qtype, rows1, 1, vnni, gemm=two_folds)
     be = int(BLOCK_ELEMS[qtype])
 
     @njit(**JIT, parallel=True)
@@ -285,8 +288,8 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False):
         xs = xf.strides[0] if is_float else xq.strides[0]
         dp, ap, op = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data), np.int64(out.ctypes.data)
         ds, as_, os = xd.strides[0], xa.strides[0], out.strides[0]
-        gemm = is_float and float_gemm_applies(n_rows, n_cols, n_tokens)
-        n_full = n_tokens // tokens * tokens if gemm or not is_float else 0
+        n_gemm = gemm_tokens(qtype, n_rows, n_cols, n_tokens) if two_folds else n_tokens
+        n_full = n_gemm // tokens * tokens
         chunk = max(tokens, min(n_full, _ACT_CHUNK_BYTES // max(xs, 1)) // tokens * tokens)
         for c0 in range(0, n_full, chunk):
             c1 = min(n_full, c0 + chunk)
@@ -303,7 +306,7 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False):
                 for t in range(n_full, n_tokens):
                     args = (wp + r0 * rb, rb, nr, xp + t * xs, xs, dp + t * ds, ds, ap + t * as_, as_,
                             1, nb, op + t * os + 4 * r0, os)
-                    if gemm:
+                    if two_folds and t < n_gemm:
                         single_gemm(*args)
                     else:
                         single(*args)
