@@ -120,12 +120,44 @@ def geglu(gate, up, table, out):
                 out[t, i] = table[f32_to_f16(g)] * up[t, i]
 
 
+# ggml_v_expf's constants (vec.h), exact as float32
+_EXP_SHIFT = float.fromhex("0x1.8p23")
+_EXP_LOG2E = float.fromhex("0x1.715476p+0")
+_EXP_LN2_HI = float.fromhex("0x1.62e4p-1")
+_EXP_LN2_LO = float.fromhex("0x1.7f7d1cp-20")
+_EXP_C5, _EXP_C4, _EXP_C3, _EXP_C2, _EXP_C1 = (float.fromhex(h) for h in (
+    "0x1.0e4020p-7", "0x1.573e2ep-5", "0x1.555e66p-3", "0x1.fffdb6p-2", "0x1.ffffecp-1"))
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def v_expf(x):
+    """ggml_v_expf of AVX-512 (vec.h), one lane: exp(x) from a degree-5 polynomial on
+    x - n*ln2, scaled by 2^n (_mm512_scalef_ps); 0 / inf once |n| > 192. The AVX2 variant
+    differs only in that overflow handling (|n| > 126), outside SiLU's useful range."""
+    r = np.float32(_EXP_SHIFT)
+    z = fma_f32(x, np.float32(_EXP_LOG2E), r)
+    n = z - r
+    b = fma_f32(-n, np.float32(_EXP_LN2_LO), fma_f32(-n, np.float32(_EXP_LN2_HI), x))
+    if abs(n) > np.float32(192.0):
+        return np.float32(0.0) if n <= np.float32(0.0) else np.float32(np.inf)
+    u = b * b
+    j = fma_f32(fma_f32(fma_f32(np.float32(_EXP_C5), b, np.float32(_EXP_C4)), u,
+                        fma_f32(np.float32(_EXP_C3), b, np.float32(_EXP_C2))), u,
+                fma_f32(np.float32(_EXP_C1), b, np.float32(1.0)))
+    return np.float32(np.float64(j) * math.ldexp(1.0, int(n)))
+
+
 @njit(cache=True, boundscheck=False)
 def swiglu(gate, up, out):
-    """out = silu(gate) * up. (T, n)."""
+    """out = silu(gate) * up, as ggml_vec_swiglu_f32 on AVX-512: lanes of 16 through
+    ggml_v_silu (x / (1 + ggml_v_expf(-x))), the tail of n % 16 through expf. (T, n)."""
     T, n = gate.shape
+    n_vec = n - n % 16
     for t in range(T):
-        for i in range(n):
+        for i in range(n_vec):
+            g = gate[t, i]
+            out[t, i] = (g / (np.float32(1.0) + v_expf(np.float32(0.0) - g))) * up[t, i]
+        for i in range(n_vec, n):
             g = gate[t, i]
             out[t, i] = (g / (np.float32(1.0) + np.float32(math.exp(-g)))) * up[t, i]
 
