@@ -16,6 +16,7 @@ import numpy as np
 DEFAULT_TIE_GAP = 0.1        # logits
 DEFAULT_DRIFT_BOUND = 0.001  # of a tensor's RMS
 PRINT_ROUNDING = 5e-5       # llama-eval-callback prints values with 4 decimals
+MAX_EXACT_STEPS = 32        # single-token decodes dumped bit for bit after the prompt batch
 
 # Our trace names that llama.cpp spells differently in some families: with post-norms (gemma),
 # its `attn_out`/`ffn_out` come before the norm and the residual sum is `sa_out`.
@@ -65,6 +66,7 @@ class PromptResult:
     max_gap_delta: float = None    # largest |ours - ref| top-1 minus top-2 logit, matched steps
     divergence: Divergence = None
     drift: Drift = None
+    exact: "ExactDrift" = None
 
     def to_dict(self):
         return asdict(self)
@@ -277,8 +279,10 @@ def exact_drift(model, ref, ref_model_path, prompt_ids, step_ids, n_threads):
     model.reset()
     for step, (ids, nodes) in enumerate(zip([list(prompt_ids)] + [[i] for i in step_ids], dumps)):
         trace = model.new_trace(len(ids))
-        model.eval(ids, trace=trace)
-        drift.rows += compare_step(step, model.trace_tensors(trace), nodes)
+        logits = model.eval(ids, trace=trace)
+        tensors = model.trace_tensors(trace)
+        tensors["result_output"] = logits[None, :]
+        drift.rows += compare_step(step, tensors, nodes)
     drift.first = next((r for r in drift.rows if not r.equal), None)
     return drift
 
@@ -288,8 +292,11 @@ def compare_step(step, ours, nodes):
     last = {name: (i, arr) for i, (name, arr) in enumerate(nodes)}
     rows = []
     for key, mine in ours.items():
-        name, il = key.rsplit("-", 1)
-        ref_name = next((f"{r}-{il}" for r in REF_NAMES.get(name, (name,)) if f"{r}-{il}" in last), None)
+        name, _, il = key.rpartition("-")
+        if not name:
+            ref_name = key if key in last else None
+        else:
+            ref_name = next((f"{r}-{il}" for r in REF_NAMES.get(name, (name,)) if f"{r}-{il}" in last), None)
         if ref_name is None:
             continue
         index, theirs = last[ref_name]
