@@ -84,11 +84,13 @@ def _add_residual(y, x):
 
 @njit(cache=True)
 def _trace(trace, name, layer, y):
+    """Record y (rows, n) as the last `rows` tokens of the trace (fewer in the last layer)."""
     if trace.shape[0] > 0:
-        T, n = y.shape
-        for t in range(T):
+        rows, n = y.shape
+        t0 = trace.shape[2] - rows
+        for t in range(rows):
             for i in range(n):
-                trace[name, layer, t, i] = y[t, i]
+                trace[name, layer, t0 + t, i] = y[t, i]
 
 
 @njit(cache=True)
@@ -172,6 +174,16 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         if ftab[il, F_ATTN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab, il, F_ATTN_POST_NORM), eps, ao)
         _trace(trace, 5, il, ao)
+        if il == n_layer - 1 and n_out < T:
+            # llama.cpp keeps only the output rows from here on (ggml_get_rows of
+            # inp_out_ids): the last FFN then takes the matmul path of n_out tokens
+            x = x[T - n_out:]
+            ao = ao[T - n_out:]
+            xn = _view(sxn, n_out, n_embd)
+            gate = _view(sgate, n_out, n_ff)
+            up = _view(sup, n_out, n_ff)
+            hid = _view(shid, n_out, n_ff)
+            T = n_out
         _add_residual(ao, x)
         _trace(trace, 6, il, x)
 

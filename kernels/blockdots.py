@@ -388,5 +388,76 @@ Q2_KFmt.chunk_parts = _q2_k_chunk_parts
 
 FMTS = {Q8_0: Q8_0Fmt(), Q5_0: Q5_0Fmt(), Q4_0: Q4_0Fmt(), Q4_1: Q4_1Fmt(), Q5_1: Q5_1Fmt(),
         Q4_K: Q4_KFmt(), Q5_K: Q5_KFmt(), Q6_K: Q6_KFmt(), Q3_K: Q3_KFmt(), Q2_K: Q2_KFmt()}
-# The formats whose repacked gemm folds unlike their gemv (dots.gemm_tokens says which tokens).
+class _Tiled:
+    """A K-quant as llama.cpp's tiled matmul folds it (dots.dot_tiled): per pair and block,
+    res = f32(s1)*dw, res = fma(-dmin, f32(s2), res), acc = fma(res, dx, acc). Pairs are
+    folded 8 at a time in the lanes of one vector, as _Scalar does."""
+
+    def __init__(self, fmt):
+        self.fmt = fmt
+        self.row, self.tok = fmt.row, fmt.tok
+
+    def init_tile(self, g, n_pairs):
+        return [g.c(V8F32, 0.0)] * ((n_pairs + 7) // 8)
+
+    def fold_tile(self, g, R, X, acc):
+        b = g.b
+        parts = [self.fmt.block_ints(g, R[r], X[t]) for r in range(len(R)) for t in range(len(X))]
+        new = []
+        for c in range(0, len(parts), 8):
+            chunk = parts[c:c + 8]
+            ints = b.sitofp(g.sum_lanes_of_each([p[0] for p in chunk], V8I32), V8F32)
+            res = b.fmul(ints, g.gather_scalars([p[2] for p in chunk]))
+            if chunk[0][1] is not None:
+                mins = g.sum_lanes_of_each([p[1] for p in chunk], V8F32)   # exact integers
+                res = g.fma(b.fneg(g.gather_scalars([p[3] for p in chunk])), mins, res)
+            new.append(g.fma(res, g.gather_scalars([p[4] for p in chunk]), acc[c // 8]))
+        return new
+
+    def finish_tile(self, g, acc):
+        return [g.b.extract_element(v, g.c(I32, i)) for v in acc for i in range(8)]
+
+
+def _k4_block_ints(self, g, R, X):
+    """(int lanes of s1, min products of s2, dw, dmin, dx) of a Q4_K/Q5_K block pair."""
+    dw, dminw, _, mins, _ = R
+    _, dx, bs32 = X
+    return self.int_lanes(g, R, X), g.b.fmul(mins, bs32), dw, dminw, dx
+
+
+def _q6_k_block_ints(self, g, R, X):
+    b = g.b
+    dw, scv, groups, sc_even, sc_odd = R
+    qx, dx, bs_even, bs_odd = X
+    total = None
+    for j in range(8):
+        v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
+        total = v if total is None else b.add(total, v)
+    corr = b.shl(b.add(b.mul(sc_even, bs_even), b.mul(sc_odd, bs_odd)), g.c(V8I32, 5))
+    return b.sub(total, corr), None, dw, None, dx
+
+
+def _q3_k_block_ints(self, g, R, X):
+    dw, scv, groups, absg = R
+    qx, dx = X
+    total = None
+    for j in range(8):
+        v = g.maddwd(g.maddubs(absg[j], g.psign(qx[j], groups[j])), scv[j])
+        total = v if total is None else g.b.add(total, v)
+    return total, None, dw, None, dx
+
+
+def _q2_k_block_ints(self, g, R, X):
+    total, m8, _, _ = self.parts(g, R, X)
+    return total, m8, R[0], R[1], X[1]
+
+
+Q4_KFmt.block_ints = Q5_KFmt.block_ints = _k4_block_ints
+Q6_KFmt.block_ints = _q6_k_block_ints
+Q3_KFmt.block_ints = _q3_k_block_ints
+Q2_KFmt.block_ints = _q2_k_block_ints
+
+# The formats whose batch paths fold unlike their gemv/vec_dot (dots.gemm_tokens says which
+# tokens take which): the repacked gemm, and the tiled K-quant matmul.
 GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(FMTS[Q2_K], 2)}
+TILED_FMTS = {q: _Tiled(FMTS[q]) for q in (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)}

@@ -19,17 +19,31 @@ sums into floats. On x86 (AVX2 and up) llama.cpp 0c1e570 does one of three thing
   more llamafile's tinyBLAS takes over where it can (rows % 4 == 0, cols % 16 == 0): one
   16-lane fma accumulator per (row, token), then _mm512_reduce_add_ps.
 
+For batches llama.cpp takes other paths, which fold otherwise (see gemm_tokens):
+
+* REPACKED GEMM (Q4_K, Q2_K as above): chunks of 64 / 128 elements per fma.
+* TILED (ggml-cpu/tiled, batches of 8 tokens and more, K-quants that are not repacked: Q3_K,
+  Q5_K, Q6_K, and Q4_K/Q2_K where they are not): per 256-block one exact int32 sum s1 (and s2
+  of mins*bsums), `res = f32(s1)*dw`, `res = fma(-dmin, f32(s2), res)`, then
+  `acc = fma(res, dx, acc)` (gcc contracts the kernel's add(mul)), block after block.
+
 These are the references the fast kernels are tested against, bit for bit.
 """
 import numpy as np
 from numba import njit
 
+from .cpu import probe
 from .ir import fma_f32
 from .quants import (BF16, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
                      Q8_0, BLOCK_BYTES, f16_at, q_q2_k, q_q3_k, q_q4_0, q_q4_1, q_q4_k, q_q5_0,
                      q_q5_1, q_q5_k, q_q6_k, q_q8_0, scale_min_k4, scale_q3_k, _bf16_at, _f32_at)
 
 FOLD_LANES8, FOLD_SCALAR, FOLD_FLOAT = 0, 1, 2
+# batch paths of llama.cpp (gemm_tokens): none, tinyBLAS or repacked gemm, tiled K-quant matmul
+PATH_VEC, PATH_GEMM, PATH_TILED = 0, 1, 2
+# llama.cpp repacks Q2_K only on AVX-512 CPUs (repack.cpp ggml_repack_get_optimal_repack_type)
+REPACK_Q2_K = "avx512f" in probe().features
+TILED_MIN_TOKENS = 8      # ggml_tiled_min_batch
 
 
 @njit(**JIT)
@@ -162,15 +176,30 @@ def gemm_chunk(qtype):
 
 
 @njit(**JIT, inline="always")
+def repacked(qtype, n_rows):
+    """Whether llama.cpp keeps this weight in its repack buffer (x86: Q4_0, Q4_K; Q2_K with
+    AVX-512; 8-row interleave)."""
+    if n_rows % 8 != 0:
+        return False
+    return qtype == Q4_0 or qtype == Q4_K or (qtype == Q2_K and REPACK_Q2_K)
+
+
+@njit(**JIT, inline="always")
 def gemm_tokens(qtype, n_rows, n_cols, n_tokens):
-    """How many leading tokens of a batch llama.cpp multiplies with its gemm rather than its
-    gemv/vec_dot, where the two fold differently: all of them for float weights under
-    tinyBLAS, the first T - T%4 for repacked Q4_K/Q2_K; else 0."""
+    """(n, path): the first n tokens of a batch go through llama.cpp's batch `path` (PATH_GEMM,
+    PATH_TILED), which folds unlike its gemv/vec_dot; the rest through the latter. Float
+    weights under tinyBLAS: all tokens. Repacked Q4_K/Q2_K: the first T - T%4. K-quants not
+    repacked, batches of 8 or more: all tokens through the tiled matmul."""
     if qtype == F32 or qtype == F16 or qtype == BF16:
-        return n_tokens if float_gemm_applies(n_rows, n_cols, n_tokens) else 0
-    if (qtype == Q4_K or qtype == Q2_K) and n_rows % 8 == 0 and n_tokens >= 4:
-        return n_tokens - n_tokens % 4
-    return 0
+        return (n_tokens if float_gemm_applies(n_rows, n_cols, n_tokens) else 0), PATH_GEMM
+    if repacked(qtype, n_rows):
+        if (qtype == Q4_K or qtype == Q2_K) and n_tokens >= 4:
+            return n_tokens - n_tokens % 4, PATH_GEMM
+        return 0, PATH_VEC
+    k_quant = qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K
+    if k_quant and n_tokens >= TILED_MIN_TOKENS:
+        return n_tokens, PATH_TILED
+    return 0, PATH_VEC
 
 
 @njit(**JIT)
@@ -195,6 +224,31 @@ def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk):
                 m = _min_dot(qtype, w, p, xa, 16 * b, e0, e0 + chunk)
                 accm = fma_f32(np.float32(m), f16_at(w, dd + 2) * xd[b], accm)
     return acc - accm
+
+
+@njit(**JIT)
+def dot_tiled(qtype, w, p0, n_cols, xq, xd, xa):
+    """ggml-cpu/tiled's fold (AVX-512 VNNI and AVX2 microtiles alike) of one K-quant row."""
+    bb = BLOCK_BYTES[qtype]
+    acc = np.float32(0)
+    for b in range(n_cols // 256):
+        p = p0 + b * bb
+        o = b * 256
+        s = np.int32(0)
+        for e in range(256):
+            s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+        if qtype == Q6_K:
+            for j in range(16):
+                s -= 32 * np.int32(np.int8(w[p + 192 + j])) * np.int32(xa[16 * b + j])
+            res = np.float32(s) * f16_at(w, p + 208)
+        elif qtype == Q3_K:
+            res = np.float32(s) * f16_at(w, p + 108)
+        else:
+            dd = p + 80 if qtype == Q2_K else p
+            res = fma_f32(-f16_at(w, dd + 2), np.float32(_min_dot(qtype, w, p, xa, 16 * b)),
+                          np.float32(s) * f16_at(w, dd))
+        acc = fma_f32(res, xd[b], acc)
+    return acc
 
 
 @njit(**JIT)
@@ -244,15 +298,17 @@ def _float_at(qtype, w, p):
 
 
 @njit(**JIT)
-def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, gemm):
+def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, path):
     """Row at byte p0 of w against one activation row (xq, xd, xa, xf of one token);
-    gemm: this token takes llama.cpp's gemm fold (see gemm_tokens)."""
+    path: the llama.cpp path this token takes (PATH_VEC, or gemm_tokens' path)."""
+    if path == PATH_TILED:
+        return dot_tiled(qtype, w, p0, n_cols, xq, xd, xa)
     fold = fold_of(qtype)
     if fold == FOLD_FLOAT:
-        if gemm:
+        if path == PATH_GEMM:
             return dot_float_gemm(qtype, w, p0, n_cols, xf)
         return dot_float(qtype, w, p0, n_cols, xf)
     if fold == FOLD_SCALAR:
-        chunk = gemm_chunk(qtype) if gemm else (32 if qtype == Q4_0 else 256)
+        chunk = gemm_chunk(qtype) if path == PATH_GEMM else (32 if qtype == Q4_0 else 256)
         return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk)
     return dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa)

@@ -1,8 +1,9 @@
 """Bit-exact parity with llama.cpp, tensor by tensor: every tensor our trace names against the
 same node of llama.cpp's graph (core/ref_tensors.py, through its shared library), for a prompt
 batch and the single-token decodes after it. Each op that was made to fold as ggml-cpu does on
-this CPU (RoPE's contraction, the one-chunk flash attention, the repacked Q4_K gemm, SwiGLU's
-ggml_v_expf) is pinned here by the tensors it writes."""
+this CPU (RoPE's contraction, the one-chunk flash attention, the repacked Q4_K gemm, the tiled
+K-quant matmul of batches of 8 and more, SwiGLU's ggml_v_expf, the last layer's FFN on the
+output rows only) is pinned here by the tensors it writes."""
 import pytest
 
 from dasllama.core import load
@@ -21,13 +22,14 @@ def ref(llama_bin):
     return reference
 
 
-# Gemma's prompt batch stays below 8 tokens: from 8 on, llama.cpp multiplies the K-quants it
-# does not repack (its Q6_K) with its tiled K-quant matmul (ggml-cpu/tiled), not emulated yet.
-# SmolLM2 Q4_1 has no K-quant weights, so its longer prompt is fine.
+# Gemma's short prompt (5 tokens) runs its Q4_K through the repacked gemm and gemv; the long
+# ones (>= 8 tokens) run Q6_K and Qwen's non-repacked K-quants through the tiled matmul.
 @pytest.mark.parametrize("fetch, prompt", [
     (assets.smollm2_q4_1, "Once upon a time, in a small village,"),
     (assets.gemma3_q4km, "Once upon a time"),
-], ids=["smollm2-Q4_1", "gemma3-Q4_K_M"])
+    (assets.gemma3_q4km, "Water boils at 100 degrees Celsius because"),
+    (assets.qwen25_05b_q4km, "Once upon a time, in a small village,"),
+], ids=["smollm2-Q4_1", "gemma3-Q4_K_M-short", "gemma3-Q4_K_M-long", "qwen2.5-Q4_K_M"])
 def test_every_traced_tensor_is_bit_identical(ref, fetch, prompt):
     try:
         path = fetch()
@@ -38,6 +40,6 @@ def test_every_traced_tensor_is_bit_identical(ref, fetch, prompt):
     (run,) = ref.greedy(path, [prompt], 8, 2, 512)
     drift = exact_drift(model, ref, path, prompt_ids, run.ids[:7], 2)
     names = {r.name for r in drift.rows}
-    assert {"Qcur-0", "kqv_out-0", "attn_out-0", "ffn_out-0", "result_output"} <= names
+    assert {"Qcur-0", "kqv_out-0", "ffn_out-0", "l_out-0", "result_output"} <= names
     assert {r.step for r in drift.rows} == set(range(8))
     assert drift.first is None, drift.first
