@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from .actq import round_f16
+from .cpu import probe
 from .ir import f16_to_f32, f32_to_f16, fma_f32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
@@ -19,6 +20,9 @@ ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
 # ggml's tiled flash attention (f32 throughout) serves batches of at least this many queries;
 # smaller batches and decode take the one-chunk path with its f16 accumulator.
 FA_TILE_Q = 64
+# f32 lanes of ggml's F16 vectors on this CPU: 16 with AVX-512 (GGML_F32Cx16), 8 with AVX2
+# (GGML_F32Cx8). Only K.Q's reduction depends on it; the element-wise f16 ops do not.
+F16_LANES = 16 if "avx512f" in probe().features else 8
 
 
 @njit(cache=True, boundscheck=False)
@@ -173,19 +177,25 @@ def store_kv(src, cache, pos0):
 
 @njit(cache=True, boundscheck=False, inline="always")
 def _kq(q16, kcache, j, koff, head_dim, acc):
-    """ggml_vec_dot_f16 of AVX-512 (F16C on f32 lanes): 4 accumulators x 16 lanes of fma over
-    steps of 64, folded 0+2, 1+3, then 0+1, then _mm512_reduce_add_ps; the tail summed in
-    double. acc: (4, 16) f32 scratch."""
+    """ggml_vec_dot_f16 as compiled for this CPU (F16C lanes in f32): 4 accumulators of
+    F16_LANES lanes, fma over steps of 4*F16_LANES, folded 0+2, 1+3, then 0+1, then across
+    lanes (_mm512_reduce_add_ps; on AVX2 the 128-bit halves added, then two hadds); the
+    tail summed in double. acc: (4, 16) f32 scratch."""
+    L = F16_LANES
     acc[:, :] = 0.0
-    n_main = head_dim - head_dim % 64
-    for i in range(0, n_main, 64):
+    n_main = head_dim - head_dim % (4 * L)
+    for i in range(0, n_main, 4 * L):
         for a in range(4):
-            for lane in range(16):
-                d = i + 16 * a + lane
+            for lane in range(L):
+                d = i + L * a + lane
                 acc[a, lane] = fma_f32(f16_to_f32(kcache[j, koff + d]), q16[d], acc[a, lane])
-    for lane in range(16):
+    for lane in range(L):
         acc[0, lane] = (acc[0, lane] + acc[2, lane]) + (acc[1, lane] + acc[3, lane])
-    total = np.float64(_reduce16(acc[0]))
+    if L == 16:
+        total = np.float64(_reduce16(acc[0]))
+    else:
+        a = acc[0]
+        total = np.float64(((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])))
     for d in range(n_main, head_dim):
         total += np.float64(f16_to_f32(kcache[j, koff + d]) * q16[d])
     return np.float32(total)
