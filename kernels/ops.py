@@ -282,61 +282,99 @@ def _cache_to_f32(cache, n, off, width, dst):
             dst[j, d] = f16_to_f32(cache[j, off + d])
 
 
-TILE_Q = 16
+FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
+FA_ROWS = 16      # query rows of one head that share a tile's loads (any size gives the same)
 
 
-@njit(cache=True, parallel=True, fastmath=True, boundscheck=False)
+@njit(cache=True, boundscheck=False)
+def _cache_to_f32_t(cache, n, off, width, dst):
+    """dst[d, j] = cache[j, off + d] as f32 (keys transposed, as ggml packs its K tile)."""
+    for j in range(n):
+        for d in range(width):
+            dst[d, j] = f16_to_f32(cache[j, off + d])
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
 def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
                     scale, softcap, n_swa, out):
-    """f32 attention for large batches: keys and values of a kv-head converted once, scores
-    of TILE_Q queries against all their keys as vectorised dot products, exact softmax."""
+    """ggml's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): f32 queries;
+    keys in tiles of FA_TILE_KV from position 0; per tile and query row, scores by one fma
+    chain over head_dim (simd_gemm), scaled, the running max, rescale by expf on a new max,
+    probabilities by ggml_v_expf with their sum in double per 16 lanes
+    (ggml_vec_soft_max_f32), then V accumulated by one fma chain over the tile's keys. Rows
+    are independent; FA_ROWS of one head share each tile's loads."""
     T = q.shape[0]
     n_kv = pos0 + T
     group = n_head // n_head_kv
-    kf = np.empty((n_head_kv, n_kv, head_dim), np.float32)
-    vf = np.empty((n_head_kv, n_kv, head_dim_v), np.float32)
+    if softcap != 0.0:
+        scale = scale / softcap
+    n_tiles = (n_kv + FA_TILE_KV - 1) // FA_TILE_KV
+    kf = np.zeros((n_head_kv, head_dim, n_tiles * FA_TILE_KV), np.float32)
+    vf = np.zeros((n_head_kv, n_tiles * FA_TILE_KV, head_dim_v), np.float32)
     for g in prange(n_head_kv):
-        _cache_to_f32(kcache, n_kv, g * head_dim, head_dim, kf[g])
+        _cache_to_f32_t(kcache, n_kv, g * head_dim, head_dim, kf[g])
         _cache_to_f32(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
-    n_tiles = (T + TILE_Q - 1) // TILE_Q
-    for job in prange(n_head * n_tiles):
-        h = job // n_tiles
-        t0 = (job % n_tiles) * TILE_Q
-        t1 = min(T, t0 + TILE_Q)
+    n_blocks = (T + FA_ROWS - 1) // FA_ROWS
+    for job in prange(n_head * n_blocks):
+        h = job // n_blocks
+        t0 = (job % n_blocks) * FA_ROWS
+        nr = min(FA_ROWS, T - t0)
         g = h // group
-        kg = kf[g]
-        vg = vf[g]
-        scores = np.empty(n_kv, np.float32)
-        acc = np.empty(head_dim_v, np.float32)
-        for t in range(t0, t1):
-            p = pos0 + t
-            lo = 0
-            if n_swa > 0 and p - n_swa + 1 > 0:
-                lo = p - n_swa + 1
-            qrow = q[t, h * head_dim:(h + 1) * head_dim]
-            M = np.float32(-np.inf)
-            for j in range(lo, p + 1):
-                krow = kg[j]
-                s = np.float32(0.0)
-                for d in range(head_dim):
-                    s += qrow[d] * krow[d]
-                s *= np.float32(scale)
-                if softcap != 0.0:
-                    s = np.float32(softcap) * np.float32(math.tanh(s / np.float32(softcap)))
-                scores[j] = s
-                if s > M:
-                    M = s
-            S = np.float32(0.0)
-            for j in range(lo, p + 1):
-                e = np.float32(math.exp(scores[j] - M))
-                scores[j] = e
-                S += e
-            acc[:] = 0.0
-            for j in range(lo, p + 1):
-                w = scores[j]
-                vrow = vg[j]
-                for d in range(head_dim_v):
-                    acc[d] += w * vrow[d]
-            inv = np.float32(1.0) / S
+        kq = np.empty((FA_ROWS, FA_TILE_KV), np.float32)
+        acc = np.zeros((FA_ROWS, head_dim_v), np.float32)
+        M = np.full(FA_ROWS, -np.inf, np.float32)
+        S = np.zeros(FA_ROWS, np.float32)
+        live = np.zeros(FA_ROWS, np.bool_)
+        lo0 = 0              # the first key any row of the block sees
+        if n_swa > 0:
+            lo0 = max(0, pos0 + t0 - n_swa + 1)
+        for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
+            kq[:, :] = 0.0
+            for d in range(head_dim):
+                for r in range(nr):
+                    qd = q[t0 + r, h * head_dim + d]
+                    for tk in range(FA_TILE_KV):
+                        kq[r, tk] = fma_f32(qd, kf[g, d, ic + tk], kq[r, tk])
+            for r in range(nr):
+                p = pos0 + t0 + r
+                lo = 0
+                if n_swa > 0 and p - n_swa + 1 > 0:
+                    lo = p - n_swa + 1
+                tile_max = np.float32(-np.inf)
+                for tk in range(FA_TILE_KV):
+                    j = ic + tk
+                    if j < lo or j > p:
+                        kq[r, tk] = np.float32(-np.inf)
+                        continue
+                    sc = kq[r, tk] * np.float32(scale)
+                    if softcap != 0.0:
+                        sc = np.float32(math.tanh(sc)) * np.float32(softcap)
+                    kq[r, tk] = sc
+                    if sc > tile_max:
+                        tile_max = sc
+                live[r] = tile_max != -np.inf   # all keys masked: ggml skips the row
+                if not live[r]:
+                    continue
+                m_new = max(M[r], tile_max)
+                if m_new > M[r]:
+                    ms = np.float32(math.exp(M[r] - m_new))
+                    for d in range(head_dim_v):
+                        acc[r, d] = acc[r, d] * ms
+                    S[r] = S[r] * ms
+                M[r] = m_new
+                total = 0.0
+                for c in range(0, FA_TILE_KV, 16):
+                    for tk in range(c, c + 16):
+                        kq[r, tk] = v_expf(kq[r, tk] - m_new)
+                    total += np.float64(_reduce16(kq[r, c:c + 16]))
+                S[r] = np.float32(np.float64(S[r]) + total)
+            for tk in range(FA_TILE_KV):
+                for r in range(nr):
+                    if live[r]:
+                        w = kq[r, tk]
+                        for d in range(head_dim_v):
+                            acc[r, d] = fma_f32(w, vf[g, ic + tk, d], acc[r, d])
+        for r in range(nr):
+            inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
             for d in range(head_dim_v):
-                out[t, h * head_dim_v + d] = acc[d] * inv
+                out[t0 + r, h * head_dim_v + d] = acc[r, d] * inv

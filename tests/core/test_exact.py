@@ -3,7 +3,8 @@ same node of llama.cpp's graph (core/ref_tensors.py, through its shared library)
 batch and the single-token decodes after it. Each op that was made to fold as ggml-cpu does on
 this CPU (RoPE's contraction, the one-chunk flash attention, the repacked Q4_K gemm, the tiled
 K-quant matmul of batches of 8 and more, SwiGLU's ggml_v_expf, the last layer's FFN on the
-output rows only) is pinned here by the tensors it writes."""
+output rows only, the tiled flash attention of batches of 64 and more) is pinned here by the
+tensors it writes."""
 import pytest
 
 from dasllama.core import load
@@ -22,6 +23,15 @@ def ref(llama_bin):
     return reference
 
 
+# 105 tokens: batches of 64 queries and more take ggml's tiled flash attention.
+LONG = ("The history of the city begins in the early medieval period, when a small settlement grew "
+        "around a river crossing. Merchants came from the north and the south, bringing wool, salt "
+        "and wine, and the town council built walls, a market hall and a stone bridge. Over the "
+        "following centuries the town grew into a regional centre of trade and learning, with a "
+        "cathedral, a university and a busy harbour. Its archives record floods, fires and plagues, "
+        "but also festivals, fairs and the slow rise of a proud civic culture that")
+
+
 # Gemma's short prompt (5 tokens) runs its Q4_K through the repacked gemm and gemv; the long
 # ones (>= 8 tokens) run Q6_K and Qwen's non-repacked K-quants through the tiled matmul.
 @pytest.mark.parametrize("fetch, prompt", [
@@ -29,7 +39,9 @@ def ref(llama_bin):
     (assets.gemma3_q4km, "Once upon a time"),
     (assets.gemma3_q4km, "Water boils at 100 degrees Celsius because"),
     (assets.qwen25_05b_q4km, "Once upon a time, in a small village,"),
-], ids=["smollm2-Q4_1", "gemma3-Q4_K_M-short", "gemma3-Q4_K_M-long", "qwen2.5-Q4_K_M"])
+    (assets.gemma3_q4km, LONG),
+], ids=["smollm2-Q4_1", "gemma3-Q4_K_M-short", "gemma3-Q4_K_M-long", "qwen2.5-Q4_K_M",
+        "gemma3-Q4_K_M-tiled-attention"])
 def test_every_traced_tensor_is_bit_identical(ref, fetch, prompt):
     try:
         path = fetch()
