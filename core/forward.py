@@ -95,12 +95,13 @@ def _trace(trace, name, layer, y):
 
 @njit(cache=True)
 def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq_base,
-            kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace):
+            kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace, n_threads):
     """Run tokens (T,) at positions pos0.. through the model; write logits of the last n_out.
 
     kcache, vcache: (n_layer, n_ctx, n_head_kv*head_dim) uint16 f16 bits, filled at pos0..
     scratch: flat f32 buffers (x, xn, q, k, v, att, ao, gate, up, hid); acts: (xq, xd, xa, xf);
-    logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty.
+    logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty;
+    n_threads: the thread count, which shapes llama.cpp's split-KV decode attention.
     """
     n_layer, n_embd = hp[H_N_LAYER], hp[H_N_EMBD]
     n_head, n_head_kv = hp[H_N_HEAD], hp[H_N_HEAD_KV]
@@ -168,7 +169,7 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         store_kv(v, vcache[il], pos0)
         n_swa = hp[H_N_SWA] if layer_swa[il] else 0
         attention(q, kcache[il], vcache[il], pos0, n_head, n_head_kv, hd, hdv,
-                  hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att)
+                  hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att, n_threads)
         _trace(trace, 4, il, att)
         _linear(wbuf, wtab, il, W_O, att, acts, ao)
         if ftab[il, F_ATTN_POST_NORM, 1] > 0:

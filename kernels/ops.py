@@ -213,21 +213,64 @@ def _reduce16(a):
 
 @njit(cache=True, boundscheck=False)
 def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-              scale, softcap, n_swa, out):
+              scale, softcap, n_swa, out, n_threads=1):
     """Causal flash attention of T queries at positions pos0.. over the f16 cache.
 
     q: (T, n_head*head_dim) f32; kcache: (n_ctx, n_head_kv*head_dim) u16;
     vcache: (n_ctx, n_head_kv*head_dim_v) u16; out: (T, n_head*head_dim_v).
     n_swa > 0 masks keys at distance >= n_swa (sliding window). As in ggml, batches below
     FA_TILE_Q queries take the one-chunk path (f16 queries, V accumulated in f16), larger
-    ones the tiled path (f32 throughout, here as batched matrix work).
+    ones the tiled path (f32 throughout); a single query over a padded cache of 512 cells or
+    more takes the split-KV path (one chunk of keys per thread, partials reduced: n_threads
+    is llama.cpp's thread count, which shapes the result there).
     """
-    if q.shape[0] < FA_TILE_Q:
-        attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                            scale, softcap, n_swa, out)
-    else:
+    if q.shape[0] >= FA_TILE_Q:
         attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
                         scale, softcap, n_swa, out)
+    elif q.shape[0] == 1 and n_kv_cells(kcache.shape[0], pos0 + 1) >= FA_SPLIT_KV:
+        attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                           scale, softcap, n_swa, n_threads, out)
+    else:
+        attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                            scale, softcap, n_swa, out)
+
+
+FA_SPLIT_KV = 512   # ggml's use_split_kv_path: one query, nek1 >= 512
+KV_PAD = 256        # llama_kv_cache::get_n_kv pads the cells it shows the graph to 256
+
+
+@njit(cache=True, inline="always")
+def n_kv_cells(cache_size, n_used):
+    """The nek1 llama.cpp's graph sees: used cells padded to 256, at most the cache size.
+    (Assumes the reference's KV cache has our n_ctx cells, as `verify` runs it.)"""
+    return min(cache_size, max(KV_PAD, (n_used + KV_PAD - 1) // KV_PAD * KV_PAD))
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _one_chunk_row(qv, kcache, vcache, koff, voff, j0, j1, head_dim, head_dim_v, scale,
+                   softcap, acc, lanes):
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query over keys j0..j1-1:
+    acc (head_dim_v,) gets the f16 accumulator's values (unnormalised); returns (M, S)."""
+    acc[:] = 0.0
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for j in range(j0, j1):
+        s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
+        if softcap != 0.0:
+            s = np.float32(softcap) * np.float32(math.tanh(s))
+        ms = np.float32(1.0)
+        vs = np.float32(1.0)
+        if s > M:
+            ms = np.float32(math.exp(M - s))
+            M = s
+            for d in range(head_dim_v):
+                acc[d] = round_f16(acc[d] * ms)
+        else:
+            vs = np.float32(math.exp(s - M))
+        for d in range(head_dim_v):
+            acc[d] = round_f16(fma_f32(f16_to_f32(vcache[j, voff + d]), vs, acc[d]))
+        S = fma_f32(S, ms, vs)
+    return M, S
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
@@ -242,37 +285,69 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
         t = job // n_head
         h = job % n_head
         p = pos0 + t
-        koff = (h // group) * head_dim
-        voff = (h // group) * head_dim_v
         lo = 0
         if n_swa > 0 and p - n_swa + 1 > 0:
             lo = p - n_swa + 1
         qv = np.empty(head_dim, np.float32)
-        acc = np.zeros(head_dim_v, np.float32)
+        acc = np.empty(head_dim_v, np.float32)
         lanes = np.empty((4, 16), np.float32)
         for d in range(head_dim):
             qv[d] = round_f16(q[t, h * head_dim + d])
-        M = np.float32(-np.inf)
-        S = np.float32(0.0)
-        for j in range(lo, p + 1):
-            s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
-            if softcap != 0.0:
-                s = np.float32(softcap) * np.float32(math.tanh(s))
-            ms = np.float32(1.0)
-            vs = np.float32(1.0)
-            if s > M:
-                ms = np.float32(math.exp(M - s))
-                M = s
-                for d in range(head_dim_v):
-                    acc[d] = round_f16(acc[d] * ms)
-            else:
-                vs = np.float32(math.exp(s - M))
-            for d in range(head_dim_v):
-                acc[d] = round_f16(fma_f32(f16_to_f32(vcache[j, voff + d]), vs, acc[d]))
-            S = fma_f32(S, ms, vs)
+        M, S = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim, (h // group) * head_dim_v,
+                              lo, p + 1, head_dim, head_dim_v, scale, softcap, acc, lanes)
         inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
         for d in range(head_dim_v):
             out[t, h * head_dim_v + d] = acc[d] * inv
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                       scale, softcap, n_swa, n_threads, out):
+    """ggml's split-KV decode: the padded cells cut into n_threads chunks, each run as one
+    chunk from M = -inf, then the partials merged in chunk order
+    (ggml_flash_attn_ext_reduce_partials: V = fma(V, e^(M-M'), Vc*e^(Mc-M')), the same for S).
+    Depends on llama.cpp's thread count, taken equal to ours."""
+    group = n_head // n_head_kv
+    if softcap != 0.0:
+        scale = scale / softcap
+    p = pos0
+    lo = 0
+    if n_swa > 0 and p - n_swa + 1 > 0:
+        lo = p - n_swa + 1
+    nek1 = n_kv_cells(kcache.shape[0], p + 1)
+    chunk = (nek1 + n_threads - 1) // n_threads
+    for h in prange(n_head):
+        qv = np.empty(head_dim, np.float32)
+        for d in range(head_dim):
+            qv[d] = round_f16(q[0, h * head_dim + d])
+        acc = np.empty(head_dim_v, np.float32)
+        lanes = np.empty((4, 16), np.float32)
+        vkq = np.zeros(head_dim_v, np.float32)
+        M = np.float32(-np.inf)
+        S = np.float32(0.0)
+        for c in range(n_threads):
+            j0 = max(c * chunk, lo)
+            j1 = min(c * chunk + chunk, p + 1)
+            if j0 >= j1:
+                continue          # every key masked: S = 0, skipped by the reduction
+            Mc, Sc = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim,
+                                    (h // group) * head_dim_v, j0, j1, head_dim, head_dim_v,
+                                    scale, softcap, acc, lanes)
+            if Sc == 0.0:
+                continue
+            m_new = max(M, Mc)
+            s_old = np.float32(math.exp(M - m_new))
+            s_new = np.float32(math.exp(Mc - m_new))
+            for d in range(head_dim_v):
+                vkq[d] = fma_f32(vkq[d], s_old, acc[d] * s_new)
+            S = fma_f32(S, s_old, Sc * s_new)
+            M = m_new
+        if S != 0.0:
+            inv = np.float32(1.0) / S
+            for d in range(head_dim_v):
+                vkq[d] = vkq[d] * inv
+        for d in range(head_dim_v):
+            out[0, h * head_dim_v + d] = vkq[d]
 
 
 @njit(cache=True, boundscheck=False)

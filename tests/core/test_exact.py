@@ -55,3 +55,22 @@ def test_every_traced_tensor_is_bit_identical(ref, fetch, prompt):
     assert {"Qcur-0", "kqv_out-0", "ffn_out-0", "l_out-0", "result_output"} <= names
     assert {r.step for r in drift.rows} == set(range(8))
     assert drift.first is None, drift.first
+
+
+def test_split_kv_decode_logits_are_bit_identical(ref):
+    """Past 256 cells llama.cpp pads the cache it attends to 512 cells, and a single query then
+    takes the split-KV path: one chunk of keys per thread, partials merged. The logits of
+    every greedy step, to position 290, equal llama.cpp's at 2 threads."""
+    try:
+        path = assets.smollm2_q4_1()
+    except assets.AssetUnavailable as e:
+        pytest.skip(str(e))
+    model = load(path, n_ctx=1024, n_threads=2)
+    (run,) = ref.greedy(path, [LONG], 184, 2, 1024)
+    ids = model.tokenizer.encode(LONG, add_special=True, parse_special=True)
+    assert len(ids) + len(run.ids) > 256 + 20, "the run must pass 256 cells"
+    model.reset()
+    logits = model.eval(ids)
+    for step, (tok, top) in enumerate(zip(run.ids, run.top)):
+        assert [float(logits[i]) for i, _ in top] == [v for _, v in top], f"step {step}"
+        logits = model.eval([tok])
