@@ -84,21 +84,24 @@ def _add_residual(y, x):
 
 @njit(cache=True)
 def _trace(trace, name, layer, y):
+    """Record y (rows, n) as the last `rows` tokens of the trace (fewer in the last layer)."""
     if trace.shape[0] > 0:
-        T, n = y.shape
-        for t in range(T):
+        rows, n = y.shape
+        t0 = trace.shape[2] - rows
+        for t in range(rows):
             for i in range(n):
-                trace[name, layer, t, i] = y[t, i]
+                trace[name, layer, t0 + t, i] = y[t, i]
 
 
 @njit(cache=True)
 def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq_base,
-            kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace):
+            kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace, n_threads):
     """Run tokens (T,) at positions pos0.. through the model; write logits of the last n_out.
 
     kcache, vcache: (n_layer, n_ctx, n_head_kv*head_dim) uint16 f16 bits, filled at pos0..
     scratch: flat f32 buffers (x, xn, q, k, v, att, ao, gate, up, hid); acts: (xq, xd, xa, xf);
-    logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty.
+    logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty;
+    n_threads: the thread count, which shapes llama.cpp's split-KV decode attention.
     """
     n_layer, n_embd = hp[H_N_LAYER], hp[H_N_EMBD]
     n_head, n_head_kv = hp[H_N_HEAD], hp[H_N_HEAD_KV]
@@ -166,12 +169,22 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         store_kv(v, vcache[il], pos0)
         n_swa = hp[H_N_SWA] if layer_swa[il] else 0
         attention(q, kcache[il], vcache[il], pos0, n_head, n_head_kv, hd, hdv,
-                  hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att)
+                  hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att, n_threads)
         _trace(trace, 4, il, att)
         _linear(wbuf, wtab, il, W_O, att, acts, ao)
         if ftab[il, F_ATTN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab, il, F_ATTN_POST_NORM), eps, ao)
         _trace(trace, 5, il, ao)
+        if il == n_layer - 1 and n_out < T:
+            # llama.cpp keeps only the output rows from here on (ggml_get_rows of
+            # inp_out_ids): the last FFN then takes the matmul path of n_out tokens
+            x = x[T - n_out:]
+            ao = ao[T - n_out:]
+            xn = _view(sxn, n_out, n_embd)
+            gate = _view(sgate, n_out, n_ff)
+            up = _view(sup, n_out, n_ff)
+            hid = _view(shid, n_out, n_ff)
+            T = n_out
         _add_residual(ao, x)
         _trace(trace, 6, il, x)
 

@@ -140,7 +140,7 @@ class Model:
         t = self.tables
         fw.forward(chunk, self.n_past, self.gguf.data, t.wtab, t.fbuf, t.ftab, t.hp, t.hpf,
                    t.layer_swa, t.layer_freq_base, self.kcache, self.vcache, self.scratch,
-                   self.acts, self.gelu_tab, n_out, self.logits, trace)
+                   self.acts, self.gelu_tab, n_out, self.logits, trace, self.n_threads)
         self.n_past += chunk.size
         if first:
             warn_slow_threading()

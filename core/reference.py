@@ -90,12 +90,7 @@ class Reference:
     def _greedy_bindings(self, model_path, prompts, n_predict, n_threads, n_ctx):
         request = {"model": os.fspath(model_path), "n_predict": n_predict, "n_threads": n_threads,
                    "n_ctx": n_ctx, "prompts": list(prompts)}
-        env = dict(os.environ)
-        if self.lib_dir:
-            env["LLAMA_CPP_LIB_PATH"] = str(self.lib_dir)
-        if self.python_dir:
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.python_dir), env.get("PYTHONPATH")]))
-        done = subprocess.run([sys.executable, __file__], input=json.dumps(request), env=env,
+        done = subprocess.run([sys.executable, __file__], input=json.dumps(request), env=self._bindings_env(),
                               capture_output=True, text=True, errors="replace")
         if done.returncode != 0:
             raise ReferenceError(f"llama.cpp (through llama_cpp) failed on {model_path}: "
@@ -142,6 +137,40 @@ class Reference:
         if done.returncode != 0:
             raise ReferenceError(f"llama-eval-callback failed on {model_path}: {last_line(done.stderr)}")
         return parse_input_tokens(done.stderr), parse_tensor_dumps(done.stdout)
+
+    # -- exact tensors -------------------------------------------------------------------------
+
+    def dump_tensors(self, model_path, prompt_ids, step_ids=(), n_threads=2, n_ctx=4096,
+                     max_elems=1 << 24):
+        """Every F32/F16 node llama.cpp computes, bit for bit, through the bindings: a list with
+        one [(name, array (ne3, ne2, ne1, ne0) f32), ...] per decode, in graph order; the prompt
+        as one batch, then each of step_ids alone (see core/ref_tensors.py)."""
+        if not self.has_bindings:
+            raise ReferenceError(f"exact tensor dumps need llama.cpp's Python bindings: {HOW_TO_GET}.")
+        with tempfile.TemporaryDirectory(prefix="dasllama-dump-") as tmp:
+            out = Path(tmp) / "dump.npz"
+            request = {"model": os.fspath(model_path), "prompt_ids": [int(i) for i in prompt_ids],
+                       "step_ids": [int(i) for i in step_ids], "n_threads": n_threads,
+                       "n_ctx": n_ctx, "out": str(out), "max_elems": max_elems}
+            script = Path(__file__).resolve().parent / "ref_tensors.py"
+            done = subprocess.run([sys.executable, str(script)], input=json.dumps(request),
+                                  env=self._bindings_env(), capture_output=True, text=True,
+                                  errors="replace")
+            if done.returncode != 0 or not out.exists():
+                raise ReferenceError(f"llama.cpp's tensor dump failed on {model_path}: "
+                                     f"{last_line(done.stderr)}")
+            with np.load(out) as z:
+                order = json.loads(str(z["order"]))
+                return [[(name, z[f"{s}/{i}/{name}"]) for i, name in enumerate(names)]
+                        for s, names in enumerate(order)]
+
+    def _bindings_env(self):
+        env = dict(os.environ)
+        if self.lib_dir:
+            env["LLAMA_CPP_LIB_PATH"] = str(self.lib_dir)
+        if self.python_dir:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.python_dir), env.get("PYTHONPATH")]))
+        return env
 
     # -- speed ---------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import numpy as np
 DEFAULT_TIE_GAP = 0.1        # logits
 DEFAULT_DRIFT_BOUND = 0.001  # of a tensor's RMS
 PRINT_ROUNDING = 5e-5       # llama-eval-callback prints values with 4 decimals
+MAX_EXACT_STEPS = 32        # single-token decodes dumped bit for bit after the prompt batch
 
 # Our trace names that llama.cpp spells differently in some families: with post-norms (gemma),
 # its `attn_out`/`ffn_out` come before the norm and the residual sum is `sa_out`.
@@ -65,6 +66,7 @@ class PromptResult:
     max_gap_delta: float = None    # largest |ours - ref| top-1 minus top-2 logit, matched steps
     divergence: Divergence = None
     drift: Drift = None
+    exact: "ExactDrift" = None
 
     def to_dict(self):
         return asdict(self)
@@ -228,3 +230,82 @@ def tensor_error(ours, dump):
     value_err = float(np.sqrt(np.mean(diff * diff))) / rms
     sum_err = abs(float(flat.sum()) - dump.total) / norm if dump.total is not None else 0.0
     return max(value_err, sum_err)
+
+
+# -- exact, through the bindings ---------------------------------------------------------------
+
+
+@dataclass
+class TensorDiff:
+    """One tensor of our trace against llama.cpp's copy of it, bit for bit."""
+    step: int                  # 0: the prompt batch; s: the s-th single-token decode after it
+    name: str                  # ours, e.g. "kqv_out-0"
+    ref_name: str              # llama.cpp's callback name
+    n: int                     # elements compared
+    n_diff: int                # elements whose bits differ
+    max_ulps: int
+    max_abs: float
+
+    @property
+    def equal(self):
+        return self.n_diff == 0
+
+
+@dataclass
+class ExactDrift:
+    """Every tensor both engines name, in llama.cpp's graph order, per decode step."""
+    tokens: list               # the prompt batch
+    step_ids: list             # then these, one per decode
+    rows: list = field(default_factory=list)   # TensorDiff, graph order, step by step
+    first: TensorDiff = None   # the first one that differs in any bit
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def ulps(a, b):
+    """Distance in units of the last place between float32 arrays (0 where bits are equal)."""
+    def ordered(x):
+        i = np.ascontiguousarray(x, np.float32).view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+    return np.abs(ordered(a) - ordered(b))
+
+
+def exact_drift(model, ref, ref_model_path, prompt_ids, step_ids, n_threads):
+    """Run the prompt as one batch, then each of step_ids alone, through both engines, and
+    compare every tensor of our trace with llama.cpp's (its last node of that name)."""
+    dumps = ref.dump_tensors(ref_model_path, prompt_ids, step_ids, n_threads, model.n_ctx)
+    drift = ExactDrift(list(prompt_ids), list(step_ids))
+    model.reset()
+    for step, (ids, nodes) in enumerate(zip([list(prompt_ids)] + [[i] for i in step_ids], dumps)):
+        trace = model.new_trace(len(ids))
+        logits = model.eval(ids, trace=trace)
+        tensors = model.trace_tensors(trace)
+        tensors["result_output"] = logits[None, :]
+        drift.rows += compare_step(step, tensors, nodes)
+    drift.first = next((r for r in drift.rows if not r.equal), None)
+    return drift
+
+
+def compare_step(step, ours, nodes):
+    """TensorDiffs of one decode: ours {name-il: (T, width)} against llama.cpp's nodes."""
+    last = {name: (i, arr) for i, (name, arr) in enumerate(nodes)}
+    rows = []
+    for key, mine in ours.items():
+        name, _, il = key.rpartition("-")
+        if not name:
+            ref_name = key if key in last else None
+        else:
+            ref_name = next((f"{r}-{il}" for r in REF_NAMES.get(name, (name,)) if f"{r}-{il}" in last), None)
+        if ref_name is None:
+            continue
+        index, theirs = last[ref_name]
+        width = mine.shape[1]
+        if theirs.size % width or theirs.size // width > mine.shape[0]:
+            continue
+        theirs = theirs.reshape(-1, width)
+        mine = np.asarray(mine[mine.shape[0] - theirs.shape[0]:], np.float32)
+        d = ulps(mine, theirs)
+        rows.append((index, TensorDiff(step, key, ref_name, int(d.size), int(np.count_nonzero(d)),
+                                       int(d.max()), float(np.max(np.abs(mine - theirs))))))
+    return [r for _, r in sorted(rows, key=lambda r: r[0])]

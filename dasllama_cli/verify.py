@@ -8,7 +8,8 @@ import click
 
 from dasllama.core import load
 from dasllama.core.reference import ReferenceError, find_reference
-from dasllama.core.verify import DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, find_drift, verify_prompt
+from dasllama.core.verify import (DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, MAX_EXACT_STEPS, exact_drift,
+                                  find_drift, verify_prompt)
 from dasllama.core.whisper import is_whisper_model
 
 from .errors import USER_ERRORS
@@ -93,8 +94,13 @@ def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_mod
         for prompt, run in zip(prompts, runs):
             result = verify_prompt(model, run, prompt, n_predict, tie_gap)
             wanted = layers if layers is not None else result.verdict in ("divergence", "near-tie")
-            if wanted and result.verdict != "tokenizer" and reference.has_tool("llama-eval-callback"):
-                result.drift = find_drift(model, reference, ref_path, result, model.n_threads, drift_bound)
+            if wanted and result.verdict != "tokenizer":
+                if reference.has_bindings:
+                    steps = result.ref_ids[:min(result.n_matched, MAX_EXACT_STEPS)]
+                    result.exact = exact_drift(model, reference, ref_path, result.prompt_ids, steps,
+                                               model.n_threads)
+                elif reference.has_tool("llama-eval-callback"):
+                    result.drift = find_drift(model, reference, ref_path, result, model.n_threads, drift_bound)
             results.append(result)
     except (ReferenceError, *USER_ERRORS) as e:
         raise SetupError(str(e)) from None
@@ -146,7 +152,20 @@ def render(i, r, tie_gap, have_logits):
             lines.append("  our token is not in llama.cpp's top 8 there: not a near-tie")
     if r.drift is not None:
         lines.append("  " + _drift_line(r.drift))
+    if r.exact is not None:
+        lines.append("  " + _exact_line(r.exact))
     return "\n".join(lines)
+
+
+def _exact_line(exact):
+    where = f"the prompt batch and {len(exact.step_ids)} single-token steps"
+    if exact.first is None:
+        return f"tensors: all {len(exact.rows)} compared are bit-identical over {where}"
+    f = exact.first
+    step = "the prompt batch" if f.step == 0 else f"decode step {f.step}"
+    alias = f" (llama.cpp {f.ref_name})" if f.ref_name != f.name else ""
+    return (f"tensors: first bit difference in {step} at {f.name}{alias}: {f.n_diff} of {f.n} "
+            f"values, up to {f.max_ulps} ulps ({f.max_abs:.3g} absolute); compared {where}")
 
 
 def _tokens_line(r, have_logits):

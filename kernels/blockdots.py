@@ -332,5 +332,132 @@ class Q2_KFmt(_Scalar):
         return total, m8, b.fmul(dw, dx), b.fmul(dminw, dx)
 
 
+class _ScalarChunks(_Scalar):
+    """A _Scalar format as llama.cpp's repacked gemm folds it: per pair one fma per chunk of
+    a block, ints and mins alike (ggml_gemm_q4_K_8x8_q8_K: 4 chunks of 64 elements,
+    ggml_gemm_q2_K_8x8_q8_K: 2 of 128), in chunk order."""
+
+    def __init__(self, fmt, n_chunks):
+        self.fmt, self.n_chunks = fmt, n_chunks
+        self.row, self.tok = fmt.row, fmt.tok
+
+    def fold_tile(self, g, R, X, acc):
+        b = g.b
+        pairs = [(R[r], X[t]) for r in range(len(R)) for t in range(len(X))]
+        new = list(acc)
+        for c in range(0, len(pairs), 8):
+            chunk = pairs[c:c + 8]
+            scales = [self.fmt.parts(g, r, x) for r, x in chunk]   # only [2], [3] are kept
+            d, dmin = g.gather_scalars([p[2] for p in scales]), g.gather_scalars([p[3] for p in scales])
+            acc_s, acc_m = new[c // 4], new[c // 4 + 1]
+            for k in range(self.n_chunks):
+                parts = [self.fmt.chunk_parts(g, r, x, k, self.n_chunks) for r, x in chunk]
+                sums = b.sitofp(g.sum_lanes_of_each([p[0] for p in parts], V8I32), V8F32)
+                acc_s = g.fma(sums, d, acc_s)
+                acc_m = g.fma(g.sum_lanes_of_each([p[1] for p in parts], V8F32), dmin, acc_m)
+            new[c // 4], new[c // 4 + 1] = acc_s, acc_m
+        return new
+
+
+def _q4_k_chunk_parts(self, g, R, X, k, n_chunks):
+    """Int lanes and min products of 32-groups 2k, 2k+1 (the gemm's `sb`)."""
+    _, _, scv, mins, groups = R
+    qx, _, bs32 = X
+    lanes = g.b.add(g.maddwd(g.maddubs(groups[2 * k], qx[2 * k]), scv[2 * k]),
+                    g.maddwd(g.maddubs(groups[2 * k + 1], qx[2 * k + 1]), scv[2 * k + 1]))
+    keep = g.c(V8F32, [1.0 if j // 2 == k else 0.0 for j in range(8)])
+    return lanes, g.b.fmul(g.b.fmul(mins, bs32), keep)
+
+
+def _q2_k_chunk_parts(self, g, R, X, k, n_chunks):
+    """Int lanes of 32-groups 4k..4k+3 and the min products of 16-sub-blocks 8k..8k+7."""
+    b = g.b
+    _, _, scv, mins, groups = R
+    qx, _, bsums = X
+    lanes = None
+    for j in range(4 * k, 4 * k + 4):
+        v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
+        lanes = v if lanes is None else b.add(lanes, v)
+    m16 = b.fmul(mins, bsums)
+    return lanes, g.shuffle(m16, m16, range(8 * k, 8 * k + 8))
+
+
+Q4_KFmt.chunk_parts = _q4_k_chunk_parts
+Q2_KFmt.chunk_parts = _q2_k_chunk_parts
+
+
 FMTS = {Q8_0: Q8_0Fmt(), Q5_0: Q5_0Fmt(), Q4_0: Q4_0Fmt(), Q4_1: Q4_1Fmt(), Q5_1: Q5_1Fmt(),
         Q4_K: Q4_KFmt(), Q5_K: Q5_KFmt(), Q6_K: Q6_KFmt(), Q3_K: Q3_KFmt(), Q2_K: Q2_KFmt()}
+class _Tiled:
+    """A K-quant as llama.cpp's tiled matmul folds it (dots.dot_tiled): per pair and block,
+    res = f32(s1)*dw, res = fma(-dmin, f32(s2), res), acc = fma(res, dx, acc). Pairs are
+    folded 8 at a time in the lanes of one vector, as _Scalar does."""
+
+    def __init__(self, fmt):
+        self.fmt = fmt
+        self.row, self.tok = fmt.row, fmt.tok
+
+    def init_tile(self, g, n_pairs):
+        return [g.c(V8F32, 0.0)] * ((n_pairs + 7) // 8)
+
+    def fold_tile(self, g, R, X, acc):
+        b = g.b
+        parts = [self.fmt.block_ints(g, R[r], X[t]) for r in range(len(R)) for t in range(len(X))]
+        new = []
+        for c in range(0, len(parts), 8):
+            chunk = parts[c:c + 8]
+            ints = b.sitofp(g.sum_lanes_of_each([p[0] for p in chunk], V8I32), V8F32)
+            res = b.fmul(ints, g.gather_scalars([p[2] for p in chunk]))
+            if chunk[0][1] is not None:
+                mins = g.sum_lanes_of_each([p[1] for p in chunk], V8F32)   # exact integers
+                res = g.fma(b.fneg(g.gather_scalars([p[3] for p in chunk])), mins, res)
+            new.append(g.fma(res, g.gather_scalars([p[4] for p in chunk]), acc[c // 8]))
+        return new
+
+    def finish_tile(self, g, acc):
+        return [g.b.extract_element(v, g.c(I32, i)) for v in acc for i in range(8)]
+
+
+def _k4_block_ints(self, g, R, X):
+    """(int lanes of s1, min products of s2, dw, dmin, dx) of a Q4_K/Q5_K block pair."""
+    dw, dminw, _, mins, _ = R
+    _, dx, bs32 = X
+    return self.int_lanes(g, R, X), g.b.fmul(mins, bs32), dw, dminw, dx
+
+
+def _q6_k_block_ints(self, g, R, X):
+    b = g.b
+    dw, scv, groups, sc_even, sc_odd = R
+    qx, dx, bs_even, bs_odd = X
+    total = None
+    for j in range(8):
+        v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
+        total = v if total is None else b.add(total, v)
+    corr = b.shl(b.add(b.mul(sc_even, bs_even), b.mul(sc_odd, bs_odd)), g.c(V8I32, 5))
+    return b.sub(total, corr), None, dw, None, dx
+
+
+def _q3_k_block_ints(self, g, R, X):
+    dw, scv, groups, absg = R
+    qx, dx = X
+    total = None
+    for j in range(8):
+        v = g.maddwd(g.maddubs(absg[j], g.psign(qx[j], groups[j])), scv[j])
+        total = v if total is None else g.b.add(total, v)
+    return total, None, dw, None, dx
+
+
+def _q2_k_block_ints(self, g, R, X):
+    total, m8, _, _ = self.parts(g, R, X)
+    return total, m8, R[0], R[1], X[1]
+
+
+Q4_KFmt.block_ints = Q5_KFmt.block_ints = _k4_block_ints
+Q6_KFmt.block_ints = _q6_k_block_ints
+Q3_KFmt.block_ints = _q3_k_block_ints
+Q2_KFmt.block_ints = _q2_k_block_ints
+
+# The formats whose batch paths fold unlike their gemv/vec_dot (dots.gemm_tokens says which
+# tokens take which): the repacked gemm, and the tiled K-quant matmul.
+GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(FMTS[Q2_K], 2)}
+TILED_FMTS = {q: _Tiled(FMTS[q]) for q in (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)}

@@ -7,25 +7,49 @@ sums into floats. On x86 (AVX2 and up) llama.cpp 0c1e570 does one of three thing
   32-element group go into 8 int32 lanes, lane l holding elements 4l..4l+3 (pmaddubsw +
   pmaddwd); per block `acc8 = fma(d, float(lanes), acc8)`; at the end `hsum8(acc8)` in the
   order of hsum_float_8, plus a scalar fma-accumulated min term for Q4_1/Q5_1/Q5_K.
-* SCALAR (the repacked 8-row gemv for Q4_0, Q4_K and, with AVX-512, Q2_K): per block one
-  int32 sum, `acc = fma(float(isum), dw*dx, acc)`, mins in a second accumulator subtracted
-  at the end.
+* SCALAR (the repacked 8-row kernels for Q4_0, Q4_K and, with AVX-512, Q2_K, on weights with
+  rows % 8 == 0): per chunk of a block one int32 sum, `acc = fma(float(isum), dw*dx, acc)`,
+  mins in a second accumulator subtracted at the end. The gemv (one token) takes the whole
+  block as one chunk; the gemm, which serves the first T - T%4 tokens of a batch of T >= 4
+  (repack.cpp forward_mul_mat_one_chunk; the last T%4 go through the gemv), takes chunks of
+  64 for Q4_K and 128 for Q2_K (arch/x86/repack.cpp ggml_gemm_q4_K_8x8_q8_K and
+  ggml_gemm_q2_K_8x8_q8_K: one fma per `sb`), and the whole block for Q4_0.
 * FLOAT (F32/F16/BF16): 4 accumulators x 16 lanes of fma over steps of 64, pairwise
   reduced, then the tail summed in double (the AVX-512 ggml_vec_dot_f16). For two tokens or
   more llamafile's tinyBLAS takes over where it can (rows % 4 == 0, cols % 16 == 0): one
   16-lane fma accumulator per (row, token), then _mm512_reduce_add_ps.
 
+For batches llama.cpp takes other paths, which fold otherwise (see gemm_tokens):
+
+* REPACKED GEMM (Q4_K, Q2_K as above): chunks of 64 / 128 elements per fma.
+* TILED (ggml-cpu/tiled, batches of 8 tokens and more, K-quants that are not repacked: Q3_K,
+  Q5_K, Q6_K, and Q4_K/Q2_K where they are not): per 256-block one exact int32 sum s1 (and s2
+  of mins*bsums), `res = f32(s1)*dw`, `res = fma(-dmin, f32(s2), res)`, then
+  `acc = fma(res, dx, acc)` (gcc contracts the kernel's add(mul)), block after block.
+
 These are the references the fast kernels are tested against, bit for bit.
+
+Which CPU: all of the above is read from llama.cpp 0c1e570 built with GGML_NATIVE on an AVX-512
+(F/BW/VL/VNNI) x86 CPU and checked bit for bit against it (tests/core/test_exact.py). On an
+AVX2-only CPU the quantized folds hold as they are (ggml's x86 quant dots and the tiled
+microtile are AVX2 code with the same fold; Q2_K is not repacked there, see REPACK_Q2_K), but
+FLOAT does not: ggml_vec_dot_f16 and tinyBLAS run 8 lanes wide there, which is not modelled.
 """
 import numpy as np
 from numba import njit
 
+from .cpu import probe
 from .ir import fma_f32
 from .quants import (BF16, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
                      Q8_0, BLOCK_BYTES, f16_at, q_q2_k, q_q3_k, q_q4_0, q_q4_1, q_q4_k, q_q5_0,
                      q_q5_1, q_q5_k, q_q6_k, q_q8_0, scale_min_k4, scale_q3_k, _bf16_at, _f32_at)
 
 FOLD_LANES8, FOLD_SCALAR, FOLD_FLOAT = 0, 1, 2
+# batch paths of llama.cpp (gemm_tokens): none, tinyBLAS or repacked gemm, tiled K-quant matmul
+PATH_VEC, PATH_GEMM, PATH_TILED = 0, 1, 2
+# llama.cpp repacks Q2_K only on AVX-512 CPUs (repack.cpp ggml_repack_get_optimal_repack_type)
+REPACK_Q2_K = "avx512f" in probe().features
+TILED_MIN_TOKENS = 8      # ggml_tiled_min_batch
 
 
 @njit(**JIT)
@@ -95,14 +119,15 @@ def _wscale(qtype, w, p, e):
 
 
 @njit(**JIT, inline="always")
-def _min_dot(qtype, w, p, bsums, g0):
-    """Sum over sub-blocks of min * activation sum (K-quants with mins), exact int."""
+def _min_dot(qtype, w, p, bsums, g0, e0=0, e1=256):
+    """Sum of min * activation sum over the sub-blocks of elements e0..e1 (K-quants with
+    mins), exact int."""
     s = np.int32(0)
     if qtype == Q2_K:
-        for j in range(16):
+        for j in range(e0 // 16, e1 // 16):
             s += np.int32(w[p + j] >> 4) * np.int32(bsums[g0 + j])
     else:
-        for j in range(8):
+        for j in range(e0 // 32, e1 // 32):
             s += scale_min_k4(w, p + 4, j)[1] * np.int32(bsums[g0 + 2 * j] + bsums[g0 + 2 * j + 1])
     return s
 
@@ -146,8 +171,46 @@ def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
     return hsum8(acc) + summs
 
 
+@njit(**JIT, inline="always")
+def gemm_chunk(qtype):
+    """Elements per fma in the repacked gemm (the block in the gemv)."""
+    if qtype == Q4_K:
+        return 64
+    if qtype == Q2_K:
+        return 128
+    return 32 if qtype == Q4_0 else 256
+
+
+@njit(**JIT, inline="always")
+def repacked(qtype, n_rows):
+    """Whether llama.cpp keeps this weight in its repack buffer (x86: Q4_0, Q4_K; Q2_K with
+    AVX-512; 8-row interleave)."""
+    if n_rows % 8 != 0:
+        return False
+    return qtype == Q4_0 or qtype == Q4_K or (qtype == Q2_K and REPACK_Q2_K)
+
+
+@njit(**JIT, inline="always")
+def gemm_tokens(qtype, n_rows, n_cols, n_tokens):
+    """(n, path): the first n tokens of a batch go through llama.cpp's batch `path` (PATH_GEMM,
+    PATH_TILED), which folds unlike its gemv/vec_dot; the rest through the latter. Float
+    weights under tinyBLAS: all tokens. Repacked Q4_K/Q2_K: the first T - T%4. K-quants not
+    repacked, batches of 8 or more: all tokens through the tiled matmul."""
+    if qtype == F32 or qtype == F16 or qtype == BF16:
+        return (n_tokens if float_gemm_applies(n_rows, n_cols, n_tokens) else 0), PATH_GEMM
+    if repacked(qtype, n_rows):
+        if (qtype == Q4_K or qtype == Q2_K) and n_tokens >= 4:
+            return n_tokens - n_tokens % 4, PATH_GEMM
+        return 0, PATH_VEC
+    k_quant = qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K
+    if k_quant and n_tokens >= TILED_MIN_TOKENS:
+        return n_tokens, PATH_TILED
+    return 0, PATH_VEC
+
+
 @njit(**JIT)
-def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa):
+def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk):
+    """chunk: elements per fma (see gemm_chunk), the block size in the gemv."""
     be = 32 if qtype == Q4_0 else 256
     bb = BLOCK_BYTES[qtype]
     acc = np.float32(0)
@@ -155,17 +218,43 @@ def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa):
     for b in range(n_cols // be):
         p = p0 + b * bb
         o = b * be
+        for e0 in range(0, be, chunk):
+            s = np.int32(0)
+            for e in range(e0, e0 + chunk):
+                s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+            if qtype == Q4_0:
+                acc = fma_f32(np.float32(s), f16_at(w, p) * xd[b], acc)
+            else:
+                dd = p + 80 if qtype == Q2_K else p
+                acc = fma_f32(np.float32(s), f16_at(w, dd) * xd[b], acc)
+                m = _min_dot(qtype, w, p, xa, 16 * b, e0, e0 + chunk)
+                accm = fma_f32(np.float32(m), f16_at(w, dd + 2) * xd[b], accm)
+    return acc - accm
+
+
+@njit(**JIT)
+def dot_tiled(qtype, w, p0, n_cols, xq, xd, xa):
+    """ggml-cpu/tiled's fold (AVX-512 VNNI and AVX2 microtiles alike) of one K-quant row."""
+    bb = BLOCK_BYTES[qtype]
+    acc = np.float32(0)
+    for b in range(n_cols // 256):
+        p = p0 + b * bb
+        o = b * 256
         s = np.int32(0)
-        for e in range(be):
+        for e in range(256):
             s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
-        if qtype == Q4_0:
-            acc = fma_f32(np.float32(s), f16_at(w, p) * xd[b], acc)
+        if qtype == Q6_K:
+            for j in range(16):
+                s -= 32 * np.int32(np.int8(w[p + 192 + j])) * np.int32(xa[16 * b + j])
+            res = np.float32(s) * f16_at(w, p + 208)
+        elif qtype == Q3_K:
+            res = np.float32(s) * f16_at(w, p + 108)
         else:
             dd = p + 80 if qtype == Q2_K else p
-            acc = fma_f32(np.float32(s), f16_at(w, dd) * xd[b], acc)
-            m = _min_dot(qtype, w, p, xa, 16 * b)
-            accm = fma_f32(np.float32(m), f16_at(w, dd + 2) * xd[b], accm)
-    return acc - accm
+            res = fma_f32(-f16_at(w, dd + 2), np.float32(_min_dot(qtype, w, p, xa, 16 * b)),
+                          np.float32(s) * f16_at(w, dd))
+        acc = fma_f32(res, xd[b], acc)
+    return acc
 
 
 @njit(**JIT)
@@ -215,14 +304,17 @@ def _float_at(qtype, w, p):
 
 
 @njit(**JIT)
-def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, float_gemm):
+def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, path):
     """Row at byte p0 of w against one activation row (xq, xd, xa, xf of one token);
-    float_gemm: the tinyBLAS fold for float weights (see float_gemm_applies)."""
+    path: the llama.cpp path this token takes (PATH_VEC, or gemm_tokens' path)."""
+    if path == PATH_TILED:
+        return dot_tiled(qtype, w, p0, n_cols, xq, xd, xa)
     fold = fold_of(qtype)
     if fold == FOLD_FLOAT:
-        if float_gemm:
+        if path == PATH_GEMM:
             return dot_float_gemm(qtype, w, p0, n_cols, xf)
         return dot_float(qtype, w, p0, n_cols, xf)
     if fold == FOLD_SCALAR:
-        return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa)
+        chunk = gemm_chunk(qtype) if path == PATH_GEMM else (32 if qtype == Q4_0 else 256)
+        return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk)
     return dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa)

@@ -22,7 +22,7 @@ from numba import njit
 
 from . import sidecar, simd
 from .actq import act_buffers, act_kind, quantize_act
-from .dots import dot_ref, float_gemm_applies
+from .dots import PATH_VEC, dot_ref, gemm_tokens
 from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
                      Q5_K, Q6_K, Q8_0, SUPPORTED, dequantize, dequantize_row, row_bytes, type_name)
 
@@ -69,14 +69,15 @@ def _make_ref_kernel(qtype, rows, tokens):
     @njit(**JIT, parallel=True)
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
         rb = row_bytes(qtype, n_cols)
-        gemm = float_gemm_applies(n_rows, n_cols, n_tokens)
+        n_gemm, path = gemm_tokens(qtype, n_rows, n_cols, n_tokens)
         for tile in numba.prange((n_rows + rows - 1) // rows):
             r0 = tile * rows
             r1 = min(n_rows, r0 + rows)
             for t0 in range(0, n_tokens, tokens):
                 for r in range(r0, r1):
                     for t in range(t0, min(n_tokens, t0 + tokens)):
-                        out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t], gemm)
+                        out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t],
+                                            path if t < n_gemm else PATH_VEC)
     return kernel
 
 
@@ -84,10 +85,11 @@ def _make_ref_kernel(qtype, rows, tokens):
 def matmul_ref(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
     """The plain reference: one dot_ref per (row, token)."""
     rb = row_bytes(qtype, n_cols)
-    gemm = float_gemm_applies(n_rows, n_cols, n_tokens)
+    n_gemm, path = gemm_tokens(qtype, n_rows, n_cols, n_tokens)
     for r in numba.prange(n_rows):
         for t in range(n_tokens):
-            out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t], gemm)
+            out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t],
+                                path if t < n_gemm else PATH_VEC)
 
 
 # The active kernels, as module globals: numba freezes them into `matmul` when it compiles.

@@ -11,7 +11,8 @@ import numpy as np
 from numba import njit, prange
 
 from .actq import round_f16
-from .ir import f16_to_f32, f32_to_f16
+from .cpu import probe
+from .ir import f16_to_f32, f32_to_f16, fma_f32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -19,6 +20,9 @@ ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
 # ggml's tiled flash attention (f32 throughout) serves batches of at least this many queries;
 # smaller batches and decode take the one-chunk path with its f16 accumulator.
 FA_TILE_Q = 64
+# f32 lanes of ggml's F16 vectors on this CPU: 16 with AVX-512 (GGML_F32Cx16), 8 with AVX2
+# (GGML_F32Cx8). Only K.Q's reduction depends on it; the element-wise f16 ops do not.
+F16_LANES = 16 if "avx512f" in probe().features else 8
 
 
 @njit(cache=True, boundscheck=False)
@@ -58,6 +62,8 @@ def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
     """Rotate the first n_rot dims of every head of x (T, n_heads*head_dim) in place.
 
     Angles are iterated in f32 (theta *= theta_scale) as ggml's rope cache does, not powed.
+    The rotation is contracted as gcc compiles ggml's rotate_pairs (-ffp-contract=fast):
+    x0*cos - x1*sin = fma(x0, cos, -(x1*sin)), x0*sin + x1*cos = fma(x0, sin, x1*cos).
     """
     T = x.shape[0]
     half = n_rot // 2
@@ -81,8 +87,8 @@ def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
                     b = a + 1
                 x0 = x[t, a]
                 x1 = x[t, b]
-                x[t, a] = x0 * cos_t[i] - x1 * sin_t[i]
-                x[t, b] = x0 * sin_t[i] + x1 * cos_t[i]
+                x[t, a] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
+                x[t, b] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
 
 
 def gelu_table():
@@ -118,12 +124,44 @@ def geglu(gate, up, table, out):
                 out[t, i] = table[f32_to_f16(g)] * up[t, i]
 
 
+# ggml_v_expf's constants (vec.h), exact as float32
+_EXP_SHIFT = float.fromhex("0x1.8p23")
+_EXP_LOG2E = float.fromhex("0x1.715476p+0")
+_EXP_LN2_HI = float.fromhex("0x1.62e4p-1")
+_EXP_LN2_LO = float.fromhex("0x1.7f7d1cp-20")
+_EXP_C5, _EXP_C4, _EXP_C3, _EXP_C2, _EXP_C1 = (float.fromhex(h) for h in (
+    "0x1.0e4020p-7", "0x1.573e2ep-5", "0x1.555e66p-3", "0x1.fffdb6p-2", "0x1.ffffecp-1"))
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def v_expf(x):
+    """ggml_v_expf of AVX-512 (vec.h), one lane: exp(x) from a degree-5 polynomial on
+    x - n*ln2, scaled by 2^n (_mm512_scalef_ps); 0 / inf once |n| > 192. The AVX2 variant
+    differs only in that overflow handling (|n| > 126), outside SiLU's useful range."""
+    r = np.float32(_EXP_SHIFT)
+    z = fma_f32(x, np.float32(_EXP_LOG2E), r)
+    n = z - r
+    b = fma_f32(-n, np.float32(_EXP_LN2_LO), fma_f32(-n, np.float32(_EXP_LN2_HI), x))
+    if abs(n) > np.float32(192.0):
+        return np.float32(0.0) if n <= np.float32(0.0) else np.float32(np.inf)
+    u = b * b
+    j = fma_f32(fma_f32(fma_f32(np.float32(_EXP_C5), b, np.float32(_EXP_C4)), u,
+                        fma_f32(np.float32(_EXP_C3), b, np.float32(_EXP_C2))), u,
+                fma_f32(np.float32(_EXP_C1), b, np.float32(1.0)))
+    return np.float32(np.float64(j) * math.ldexp(1.0, int(n)))
+
+
 @njit(cache=True, boundscheck=False)
 def swiglu(gate, up, out):
-    """out = silu(gate) * up. (T, n)."""
+    """out = silu(gate) * up, as ggml_vec_swiglu_f32 on AVX-512: lanes of 16 through
+    ggml_v_silu (x / (1 + ggml_v_expf(-x))), the tail of n % 16 through expf. (T, n)."""
     T, n = gate.shape
+    n_vec = n - n % 16
     for t in range(T):
-        for i in range(n):
+        for i in range(n_vec):
+            g = gate[t, i]
+            out[t, i] = (g / (np.float32(1.0) + v_expf(np.float32(0.0) - g))) * up[t, i]
+        for i in range(n_vec, n):
             g = gate[t, i]
             out[t, i] = (g / (np.float32(1.0) + np.float32(math.exp(-g)))) * up[t, i]
 
@@ -138,30 +176,101 @@ def store_kv(src, cache, pos0):
 
 
 @njit(cache=True, boundscheck=False, inline="always")
-def _kq(q16, kcache, j, koff, head_dim):
-    s = np.float32(0.0)
-    for d in range(head_dim):
-        s += q16[d] * f16_to_f32(kcache[j, koff + d])
-    return s
+def _kq(q16, kcache, j, koff, head_dim, acc):
+    """ggml_vec_dot_f16 as compiled for this CPU (F16C lanes in f32): 4 accumulators of
+    F16_LANES lanes, fma over steps of 4*F16_LANES, folded 0+2, 1+3, then 0+1, then across
+    lanes (_mm512_reduce_add_ps; on AVX2 the 128-bit halves added, then two hadds); the
+    tail summed in double. acc: (4, 16) f32 scratch."""
+    L = F16_LANES
+    acc[:, :] = 0.0
+    n_main = head_dim - head_dim % (4 * L)
+    for i in range(0, n_main, 4 * L):
+        for a in range(4):
+            for lane in range(L):
+                d = i + L * a + lane
+                acc[a, lane] = fma_f32(f16_to_f32(kcache[j, koff + d]), q16[d], acc[a, lane])
+    for lane in range(L):
+        acc[0, lane] = (acc[0, lane] + acc[2, lane]) + (acc[1, lane] + acc[3, lane])
+    if L == 16:
+        total = np.float64(_reduce16(acc[0]))
+    else:
+        a = acc[0]
+        total = np.float64(((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])))
+    for d in range(n_main, head_dim):
+        total += np.float64(f16_to_f32(kcache[j, koff + d]) * q16[d])
+    return np.float32(total)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _reduce16(a):
+    """_mm512_reduce_add_ps as gcc expands it: halves 8, 4, 2, 1."""
+    s0 = (a[0] + a[8]) + (a[4] + a[12])
+    s1 = (a[1] + a[9]) + (a[5] + a[13])
+    s2 = (a[2] + a[10]) + (a[6] + a[14])
+    s3 = (a[3] + a[11]) + (a[7] + a[15])
+    return (s0 + s2) + (s1 + s3)
 
 
 @njit(cache=True, boundscheck=False)
 def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-              scale, softcap, n_swa, out):
+              scale, softcap, n_swa, out, n_threads=1):
     """Causal flash attention of T queries at positions pos0.. over the f16 cache.
 
     q: (T, n_head*head_dim) f32; kcache: (n_ctx, n_head_kv*head_dim) u16;
     vcache: (n_ctx, n_head_kv*head_dim_v) u16; out: (T, n_head*head_dim_v).
     n_swa > 0 masks keys at distance >= n_swa (sliding window). As in ggml, batches below
     FA_TILE_Q queries take the one-chunk path (f16 queries, V accumulated in f16), larger
-    ones the tiled path (f32 throughout, here as batched matrix work).
+    ones the tiled path (f32 throughout); a single query over a padded cache of 512 cells or
+    more takes the split-KV path (one chunk of keys per thread, partials reduced: n_threads
+    is llama.cpp's thread count, which shapes the result there).
     """
-    if q.shape[0] < FA_TILE_Q:
-        attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                            scale, softcap, n_swa, out)
-    else:
+    if q.shape[0] >= FA_TILE_Q:
         attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
                         scale, softcap, n_swa, out)
+    elif q.shape[0] == 1 and n_kv_cells(kcache.shape[0], pos0 + 1) >= FA_SPLIT_KV:
+        attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                           scale, softcap, n_swa, n_threads, out)
+    else:
+        attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                            scale, softcap, n_swa, out)
+
+
+FA_SPLIT_KV = 512   # ggml's use_split_kv_path: one query, nek1 >= 512
+KV_PAD = 256        # llama_kv_cache::get_n_kv pads the cells it shows the graph to 256
+
+
+@njit(cache=True, inline="always")
+def n_kv_cells(cache_size, n_used):
+    """The nek1 llama.cpp's graph sees: used cells padded to 256, at most the cache size.
+    (Assumes the reference's KV cache has our n_ctx cells, as `verify` runs it.)"""
+    return min(cache_size, max(KV_PAD, (n_used + KV_PAD - 1) // KV_PAD * KV_PAD))
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _one_chunk_row(qv, kcache, vcache, koff, voff, j0, j1, head_dim, head_dim_v, scale,
+                   softcap, acc, lanes):
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query over keys j0..j1-1:
+    acc (head_dim_v,) gets the f16 accumulator's values (unnormalised); returns (M, S)."""
+    acc[:] = 0.0
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for j in range(j0, j1):
+        s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
+        if softcap != 0.0:
+            s = np.float32(softcap) * np.float32(math.tanh(s))
+        ms = np.float32(1.0)
+        vs = np.float32(1.0)
+        if s > M:
+            ms = np.float32(math.exp(M - s))
+            M = s
+            for d in range(head_dim_v):
+                acc[d] = round_f16(acc[d] * ms)
+        else:
+            vs = np.float32(math.exp(s - M))
+        for d in range(head_dim_v):
+            acc[d] = round_f16(fma_f32(f16_to_f32(vcache[j, voff + d]), vs, acc[d]))
+        S = fma_f32(S, ms, vs)
+    return M, S
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
@@ -176,37 +285,69 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
         t = job // n_head
         h = job % n_head
         p = pos0 + t
-        koff = (h // group) * head_dim
-        voff = (h // group) * head_dim_v
         lo = 0
         if n_swa > 0 and p - n_swa + 1 > 0:
             lo = p - n_swa + 1
         qv = np.empty(head_dim, np.float32)
-        acc = np.zeros(head_dim_v, np.float32)
+        acc = np.empty(head_dim_v, np.float32)
+        lanes = np.empty((4, 16), np.float32)
         for d in range(head_dim):
             qv[d] = round_f16(q[t, h * head_dim + d])
-        M = np.float32(-np.inf)
-        S = np.float32(0.0)
-        for j in range(lo, p + 1):
-            s = _kq(qv, kcache, j, koff, head_dim) * np.float32(scale)
-            if softcap != 0.0:
-                s = np.float32(softcap) * np.float32(math.tanh(s))
-            ms = np.float32(1.0)
-            vs = np.float32(1.0)
-            if s > M:
-                ms = np.float32(math.exp(M - s))
-                M = s
-                for d in range(head_dim_v):
-                    acc[d] = round_f16(acc[d] * ms)
-            else:
-                vs = np.float32(math.exp(s - M))
-            for d in range(head_dim_v):
-                v = np.float64(f16_to_f32(vcache[j, voff + d]))
-                acc[d] = round_f16(np.float32(v * vs + acc[d]))
-            S = S * ms + vs
+        M, S = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim, (h // group) * head_dim_v,
+                              lo, p + 1, head_dim, head_dim_v, scale, softcap, acc, lanes)
         inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
         for d in range(head_dim_v):
             out[t, h * head_dim_v + d] = acc[d] * inv
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                       scale, softcap, n_swa, n_threads, out):
+    """ggml's split-KV decode: the padded cells cut into n_threads chunks, each run as one
+    chunk from M = -inf, then the partials merged in chunk order
+    (ggml_flash_attn_ext_reduce_partials: V = fma(V, e^(M-M'), Vc*e^(Mc-M')), the same for S).
+    Depends on llama.cpp's thread count, taken equal to ours."""
+    group = n_head // n_head_kv
+    if softcap != 0.0:
+        scale = scale / softcap
+    p = pos0
+    lo = 0
+    if n_swa > 0 and p - n_swa + 1 > 0:
+        lo = p - n_swa + 1
+    nek1 = n_kv_cells(kcache.shape[0], p + 1)
+    chunk = (nek1 + n_threads - 1) // n_threads
+    for h in prange(n_head):
+        qv = np.empty(head_dim, np.float32)
+        for d in range(head_dim):
+            qv[d] = round_f16(q[0, h * head_dim + d])
+        acc = np.empty(head_dim_v, np.float32)
+        lanes = np.empty((4, 16), np.float32)
+        vkq = np.zeros(head_dim_v, np.float32)
+        M = np.float32(-np.inf)
+        S = np.float32(0.0)
+        for c in range(n_threads):
+            j0 = max(c * chunk, lo)
+            j1 = min(c * chunk + chunk, p + 1)
+            if j0 >= j1:
+                continue          # every key masked: S = 0, skipped by the reduction
+            Mc, Sc = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim,
+                                    (h // group) * head_dim_v, j0, j1, head_dim, head_dim_v,
+                                    scale, softcap, acc, lanes)
+            if Sc == 0.0:
+                continue
+            m_new = max(M, Mc)
+            s_old = np.float32(math.exp(M - m_new))
+            s_new = np.float32(math.exp(Mc - m_new))
+            for d in range(head_dim_v):
+                vkq[d] = fma_f32(vkq[d], s_old, acc[d] * s_new)
+            S = fma_f32(S, s_old, Sc * s_new)
+            M = m_new
+        if S != 0.0:
+            inv = np.float32(1.0) / S
+            for d in range(head_dim_v):
+                vkq[d] = vkq[d] * inv
+        for d in range(head_dim_v):
+            out[0, h * head_dim_v + d] = vkq[d]
 
 
 @njit(cache=True, boundscheck=False)
@@ -216,61 +357,99 @@ def _cache_to_f32(cache, n, off, width, dst):
             dst[j, d] = f16_to_f32(cache[j, off + d])
 
 
-TILE_Q = 16
+FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
+FA_ROWS = 16      # query rows of one head that share a tile's loads (any size gives the same)
 
 
-@njit(cache=True, parallel=True, fastmath=True, boundscheck=False)
+@njit(cache=True, boundscheck=False)
+def _cache_to_f32_t(cache, n, off, width, dst):
+    """dst[d, j] = cache[j, off + d] as f32 (keys transposed, as ggml packs its K tile)."""
+    for j in range(n):
+        for d in range(width):
+            dst[d, j] = f16_to_f32(cache[j, off + d])
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
 def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
                     scale, softcap, n_swa, out):
-    """f32 attention for large batches: keys and values of a kv-head converted once, scores
-    of TILE_Q queries against all their keys as vectorised dot products, exact softmax."""
+    """ggml's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): f32 queries;
+    keys in tiles of FA_TILE_KV from position 0; per tile and query row, scores by one fma
+    chain over head_dim (simd_gemm), scaled, the running max, rescale by expf on a new max,
+    probabilities by ggml_v_expf with their sum in double per 16 lanes
+    (ggml_vec_soft_max_f32), then V accumulated by one fma chain over the tile's keys. Rows
+    are independent; FA_ROWS of one head share each tile's loads."""
     T = q.shape[0]
     n_kv = pos0 + T
     group = n_head // n_head_kv
-    kf = np.empty((n_head_kv, n_kv, head_dim), np.float32)
-    vf = np.empty((n_head_kv, n_kv, head_dim_v), np.float32)
+    if softcap != 0.0:
+        scale = scale / softcap
+    n_tiles = (n_kv + FA_TILE_KV - 1) // FA_TILE_KV
+    kf = np.zeros((n_head_kv, head_dim, n_tiles * FA_TILE_KV), np.float32)
+    vf = np.zeros((n_head_kv, n_tiles * FA_TILE_KV, head_dim_v), np.float32)
     for g in prange(n_head_kv):
-        _cache_to_f32(kcache, n_kv, g * head_dim, head_dim, kf[g])
+        _cache_to_f32_t(kcache, n_kv, g * head_dim, head_dim, kf[g])
         _cache_to_f32(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
-    n_tiles = (T + TILE_Q - 1) // TILE_Q
-    for job in prange(n_head * n_tiles):
-        h = job // n_tiles
-        t0 = (job % n_tiles) * TILE_Q
-        t1 = min(T, t0 + TILE_Q)
+    n_blocks = (T + FA_ROWS - 1) // FA_ROWS
+    for job in prange(n_head * n_blocks):
+        h = job // n_blocks
+        t0 = (job % n_blocks) * FA_ROWS
+        nr = min(FA_ROWS, T - t0)
         g = h // group
-        kg = kf[g]
-        vg = vf[g]
-        scores = np.empty(n_kv, np.float32)
-        acc = np.empty(head_dim_v, np.float32)
-        for t in range(t0, t1):
-            p = pos0 + t
-            lo = 0
-            if n_swa > 0 and p - n_swa + 1 > 0:
-                lo = p - n_swa + 1
-            qrow = q[t, h * head_dim:(h + 1) * head_dim]
-            M = np.float32(-np.inf)
-            for j in range(lo, p + 1):
-                krow = kg[j]
-                s = np.float32(0.0)
-                for d in range(head_dim):
-                    s += qrow[d] * krow[d]
-                s *= np.float32(scale)
-                if softcap != 0.0:
-                    s = np.float32(softcap) * np.float32(math.tanh(s / np.float32(softcap)))
-                scores[j] = s
-                if s > M:
-                    M = s
-            S = np.float32(0.0)
-            for j in range(lo, p + 1):
-                e = np.float32(math.exp(scores[j] - M))
-                scores[j] = e
-                S += e
-            acc[:] = 0.0
-            for j in range(lo, p + 1):
-                w = scores[j]
-                vrow = vg[j]
-                for d in range(head_dim_v):
-                    acc[d] += w * vrow[d]
-            inv = np.float32(1.0) / S
+        kq = np.empty((FA_ROWS, FA_TILE_KV), np.float32)
+        acc = np.zeros((FA_ROWS, head_dim_v), np.float32)
+        M = np.full(FA_ROWS, -np.inf, np.float32)
+        S = np.zeros(FA_ROWS, np.float32)
+        live = np.zeros(FA_ROWS, np.bool_)
+        lo0 = 0              # the first key any row of the block sees
+        if n_swa > 0:
+            lo0 = max(0, pos0 + t0 - n_swa + 1)
+        for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
+            kq[:, :] = 0.0
+            for d in range(head_dim):
+                for r in range(nr):
+                    qd = q[t0 + r, h * head_dim + d]
+                    for tk in range(FA_TILE_KV):
+                        kq[r, tk] = fma_f32(qd, kf[g, d, ic + tk], kq[r, tk])
+            for r in range(nr):
+                p = pos0 + t0 + r
+                lo = 0
+                if n_swa > 0 and p - n_swa + 1 > 0:
+                    lo = p - n_swa + 1
+                tile_max = np.float32(-np.inf)
+                for tk in range(FA_TILE_KV):
+                    j = ic + tk
+                    if j < lo or j > p:
+                        kq[r, tk] = np.float32(-np.inf)
+                        continue
+                    sc = kq[r, tk] * np.float32(scale)
+                    if softcap != 0.0:
+                        sc = np.float32(math.tanh(sc)) * np.float32(softcap)
+                    kq[r, tk] = sc
+                    if sc > tile_max:
+                        tile_max = sc
+                live[r] = tile_max != -np.inf   # all keys masked: ggml skips the row
+                if not live[r]:
+                    continue
+                m_new = max(M[r], tile_max)
+                if m_new > M[r]:
+                    ms = np.float32(math.exp(M[r] - m_new))
+                    for d in range(head_dim_v):
+                        acc[r, d] = acc[r, d] * ms
+                    S[r] = S[r] * ms
+                M[r] = m_new
+                total = 0.0
+                for c in range(0, FA_TILE_KV, 16):
+                    for tk in range(c, c + 16):
+                        kq[r, tk] = v_expf(kq[r, tk] - m_new)
+                    total += np.float64(_reduce16(kq[r, c:c + 16]))
+                S[r] = np.float32(np.float64(S[r]) + total)
+            for tk in range(FA_TILE_KV):
+                for r in range(nr):
+                    if live[r]:
+                        w = kq[r, tk]
+                        for d in range(head_dim_v):
+                            acc[r, d] = fma_f32(w, vf[g, ic + tk, d], acc[r, d])
+        for r in range(nr):
+            inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
             for d in range(head_dim_v):
-                out[t, h * head_dim_v + d] = acc[d] * inv
+                out[t0 + r, h * head_dim_v + d] = acc[r, d] * inv

@@ -15,9 +15,9 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .blockdots import FMTS
+from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, vec
-from .dots import float_gemm_applies
+from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
 
 FORMATS = tuple(FMTS) + (F16, BF16, F32)
@@ -176,15 +176,22 @@ def emit_float_tile(g, qtype, rows, tokens, args, gemm):
 _tiles = {}
 
 
-def tile_intrinsic(qtype, rows, tokens, vnni=False, gemm=False):
+def tile_intrinsic(qtype, rows, tokens, vnni=False, path=PATH_VEC):
     """numba intrinsic tile(w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride,
     n_tok, n_blocks, out, out_stride): addresses as uint64/int64, strides in bytes.
-    vnni: vpdpbusd lanes; gemm: the tinyBLAS fold for float weights."""
-    key = (qtype, rows, tokens, vnni, gemm)
+    vnni: vpdpbusd lanes; path: the fold of llama.cpp's gemv/vec_dot (PATH_VEC), its gemm
+    (PATH_GEMM: tinyBLAS for float weights, the repacked gemm for GEMM_FMTS) or its tiled
+    K-quant matmul (PATH_TILED)."""
+    key = (qtype, rows, tokens, vnni, path)
     if key in _tiles:
         return _tiles[key]
-    fmt = FMTS.get(qtype)
-    name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}{'_gemm' if gemm else ''}"
+    gemm = path == PATH_GEMM
+    if path == PATH_TILED:
+        fmt = TILED_FMTS[qtype]
+    else:
+        fmt = GEMM_FMTS[qtype] if gemm and qtype in GEMM_FMTS else FMTS.get(qtype)
+    suffix = {PATH_VEC: "", PATH_GEMM: "_gemm", PATH_TILED: "_tiled"}[path]
+    name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}{suffix}"
 
     def build_function(module):
         fnty = ir.FunctionType(ir.VoidType(), [I64] * 13)
@@ -268,12 +275,18 @@ def variants(qtype):
 def make_kernel(qtype, rows, tokens, rows1, vnni=False):
     """kernel(w, R, C, xq, xd, xa, xf, T, out): (rows x tokens) tiles over full token tiles,
     then the leftover tokens one at a time with (rows1 x 1) tiles (T=1 decode is all leftover).
-    Float weights take the tinyBLAS fold for every token when llama.cpp would (T >= 2 and the
-    shape allows it), else the vec_dot fold, one token at a time."""
+    Where llama.cpp's batch path folds unlike its gemv (float weights under tinyBLAS, repacked
+    Q4_K/Q2_K, the tiled K-quant matmul), the tokens dots.gemm_tokens names take that fold
+    and the rest the gemv's; the main tiles then cover only the former."""
     is_float = qtype in (F16, BF16, F32)
-    main = tile_intrinsic(qtype, rows, tokens, vnni, gemm=is_float)
+    main_vec = tile_intrinsic(qtype, rows, tokens, vnni)
     single = tile_intrinsic(qtype, rows1, 1, vnni)
-    single_gemm = tile_intrinsic(qtype, rows1, 1, vnni, gemm=is_float)
+    gemm = is_float or qtype in GEMM_FMTS
+    main_gemm = tile_intrinsic(qtype, rows, tokens, vnni, PATH_GEMM) if gemm else main_vec
+    single_gemm = tile_intrinsic(qtype, rows1, 1, vnni, PATH_GEMM) if gemm else single
+    tiled = qtype in TILED_FMTS
+    main_tiled = tile_intrinsic(qtype, rows, tokens, vnni, PATH_TILED) if tiled else main_vec
+    single_tiled = tile_intrinsic(qtype, rows1, 1, vnni, PATH_TILED) if tiled else single
     be = int(BLOCK_ELEMS[qtype])
 
     @njit(**JIT, parallel=True)
@@ -285,8 +298,10 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False):
         xs = xf.strides[0] if is_float else xq.strides[0]
         dp, ap, op = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data), np.int64(out.ctypes.data)
         ds, as_, os = xd.strides[0], xa.strides[0], out.strides[0]
-        gemm = is_float and float_gemm_applies(n_rows, n_cols, n_tokens)
-        n_full = n_tokens // tokens * tokens if gemm or not is_float else 0
+        n_batch, path = gemm_tokens(qtype, n_rows, n_cols, n_tokens)
+        if path == PATH_VEC:
+            n_batch = n_tokens        # one fold for all: the main tiles serve the gemv fold
+        n_full = n_batch // tokens * tokens
         chunk = max(tokens, min(n_full, _ACT_CHUNK_BYTES // max(xs, 1)) // tokens * tokens)
         for c0 in range(0, n_full, chunk):
             c1 = min(n_full, c0 + chunk)
@@ -294,8 +309,14 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False):
                 r0 = tile * rows
                 nr = min(rows, n_rows - r0)
                 for t0 in range(c0, c1, tokens):
-                    main(wp + r0 * rb, rb, nr, xp + t0 * xs, xs, dp + t0 * ds, ds, ap + t0 * as_, as_,
-                         tokens, nb, op + t0 * os + 4 * r0, os)
+                    args = (wp + r0 * rb, rb, nr, xp + t0 * xs, xs, dp + t0 * ds, ds, ap + t0 * as_,
+                            as_, tokens, nb, op + t0 * os + 4 * r0, os)
+                    if path == PATH_TILED:
+                        main_tiled(*args)
+                    elif path == PATH_GEMM:
+                        main_gemm(*args)
+                    else:
+                        main_vec(*args)
         if n_full < n_tokens:
             for tile in numba.prange((n_rows + rows1 - 1) // rows1):
                 r0 = tile * rows1
@@ -303,7 +324,9 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False):
                 for t in range(n_full, n_tokens):
                     args = (wp + r0 * rb, rb, nr, xp + t * xs, xs, dp + t * ds, ds, ap + t * as_, as_,
                             1, nb, op + t * os + 4 * r0, os)
-                    if gemm:
+                    if t < n_batch and path == PATH_TILED:
+                        single_tiled(*args)
+                    elif t < n_batch and path == PATH_GEMM:
                         single_gemm(*args)
                     else:
                         single(*args)

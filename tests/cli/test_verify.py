@@ -80,10 +80,7 @@ def test_parity_on_real_models(llama_bin, fetch, prompts):
 @pytest.mark.slow
 def test_tools_alone_give_exact_ids_without_logits(llama_bin, tmp_path):
     model = real(assets.smollm2_q4_1)
-    tools = tmp_path / "bin"        # the tools without the cached build's lib/ and python/
-    tools.mkdir()
-    for tool in llama_bin.iterdir():
-        (tools / tool.name).symlink_to(tool)
+    tools = tools_only(llama_bin, tmp_path)
     r = run("-m", model, "-p", "The capital of France is", "-n", 8, "-t", 2, "--ref-bin", tools, "--json")
     assert r.exit_code == 0, r.stdout + r.stderr
     assert "logit gaps are unavailable" in r.stderr
@@ -91,13 +88,24 @@ def test_tools_alone_give_exact_ids_without_logits(llama_bin, tmp_path):
     assert res["verdict"] == "parity" and res["ids"] == res["ref_ids"] and res["min_gap"] is None
 
 
+def tools_only(llama_bin, tmp_path):
+    """The reference's tools without the cached build's lib/ and python/ (no bindings)."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in llama_bin.iterdir():
+        (tools / tool.name).symlink_to(tool)
+    return tools
+
+
 @pytest.mark.slow
 def test_perturbed_layer_is_found(llama_bin, tmp_path):
+    """With the bindings, the first tensor differing in any bit (Vcur-3 of the prompt batch,
+    everything before it bit-identical); with the tools alone, the printed values' drift."""
     original = real(assets.smollm2_q4_1)
     perturbed = scaled_copy(original, tmp_path / "smollm2-v3.gguf", "blk.3.attn_v.weight", 3.0)
     common = ["-m", perturbed, "--ref-model", original, "-p", "The capital of France is", "-n", 16,
-              "-t", 2, "--ref-bin", llama_bin, "--drift-bound", 0.1]
-    r = run(*common, "--json")
+              "-t", 2, "--drift-bound", 0.1]
+    r = run(*common, "--ref-bin", llama_bin, "--json")
     assert r.exit_code == 1, r.stdout + r.stderr
     (res,) = json.loads(r.stdout)["prompts"]
     div = res["divergence"]
@@ -105,11 +113,18 @@ def test_perturbed_layer_is_found(llama_bin, tmp_path):
     assert div["position"] == len(res["prompt_ids"]) + div["step"]
     assert res["ids"][:div["step"]] == res["ref_ids"][:div["step"]]
     assert res["ids"][div["step"]] != res["ref_ids"][div["step"]]
+    first = res["exact"]["first"]
+    assert (first["step"], first["name"]) == (0, "Vcur-3")
+    before = res["exact"]["rows"][:res["exact"]["rows"].index(first)]
+    assert before and all(row["n_diff"] == 0 for row in before)
+
+    text = run(*common, "--ref-bin", llama_bin)
+    assert text.exit_code == 1
+    assert f"position {div['position']}" in text.stdout and "in the prompt batch at Vcur-3" in text.stdout
+    assert json.dumps(div["ours_text"]) in text.stdout and json.dumps(div["ref_text"]) in text.stdout
+
+    r = run(*common, "--ref-bin", tools_only(llama_bin, tmp_path), "--json")
+    (res,) = json.loads(r.stdout)["prompts"]
     layer, name = res["drift"]["first"][:2]
     assert (layer, name) == (3, "Vcur")
     assert all(err < 0.1 for il, *_, err in res["drift"]["rows"] if il < 3)
-
-    text = run(*common)
-    assert text.exit_code == 1
-    assert f"position {div['position']}" in text.stdout and "at layer 3 Vcur" in text.stdout
-    assert json.dumps(div["ours_text"]) in text.stdout and json.dumps(div["ref_text"]) in text.stdout

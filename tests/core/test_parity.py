@@ -3,14 +3,17 @@
 import pytest
 
 from dasllama.core import load
+from dasllama.kernels.cpu import probe
 from tests import assets
 from tests.parity import compare_greedy
 
 N_PREDICT = 64
-# Logits of the two engines differ by up to ~0.2 on these models: llama.cpp's SIMD and tiled
-# GEMMs sum in other orders, and Gemma's f16 GELU table and f16 attention accumulator turn
-# 1e-7 differences into whole f16 ulps. A wrong kernel or graph moves logits by whole units.
-NEAR_TIE = 0.25
+# On AVX-512 CPUs every path llama.cpp 0c1e570 takes for these models and prompts is emulated
+# bit for bit (tests/core/test_exact.py; logits equal to the last bit): the ids must be equal,
+# no near-tie allowed. On AVX2-only CPUs its float dots run 8 lanes wide, which we do not model
+# (kernels/dots.py), and Gemma's f16 GELU table and attention accumulator turn such 1e-7
+# differences into f16 ulps: there a flip on logits within 0.25 is tolerated.
+NEAR_TIE = 0.0 if "avx512f" in probe().features else 0.25
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "Water boils at 100 degrees Celsius because"]
 

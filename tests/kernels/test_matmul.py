@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dasllama.kernels import actq as A
+from dasllama.kernels import dots as D
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
 
@@ -144,3 +145,22 @@ def test_set_active_switches_the_dispatched_variant():
     finally:
         for ph, name in before.items():
             M.set_active(qtype, name, phase=ph)
+
+
+K_QUANTS = [pytest.param(q, id=Q.type_name(q)) for q in (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)]
+
+
+@pytest.mark.parametrize("qtype", K_QUANTS)
+@pytest.mark.parametrize("n_rows,n_tokens", [(24, 6), (24, 9), (19, 9)])
+def test_k_quant_variants_on_llama_cpp_batch_paths(qtype, n_rows, n_tokens):
+    # 24 rows: Q4_K (and Q2_K with AVX-512) repacked, the first T - T%4 tokens on the gemm's
+    # fold; 19 rows: not repacked; from 9 tokens the tiled K-quant matmul takes every token
+    w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=6)
+    ref, _ = _ref(qtype, w, x)
+    for name, _ in M.VARIANTS[qtype]:
+        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+    n_batch, path = D.gemm_tokens(qtype, n_rows, x.shape[1], n_tokens)
+    if path != D.PATH_VEC and n_batch:   # the batch fold is not the gemv's on these tokens
+        one = np.concatenate([M.matmul_f32(qtype, w, n_rows, x.shape[1], x[t:t + 1]) for t in range(n_batch)])
+        assert not np.array_equal(one, ref[:n_batch])

@@ -1,0 +1,118 @@
+"""Every named tensor of a llama.cpp run, bit for bit, through its shared library.
+
+Run as a script with `llama_cpp` importable (core/reference.py starts it, so llama.cpp's
+threads and crashes stay out of our process): it decodes the prompt as one batch, then each
+further id alone, and through llama_context_params.cb_eval (ggml_backend_sched_eval_callback)
+copies out each F32/F16 graph node as it is computed. Asking for a node makes the scheduler
+stop the graph after it; that splits ggml-cpu's fused RMS_NORM+MUL, whose arithmetic is the
+same fused or not (x*scale*w, scale = 1/sqrtf(mean + eps)), so the copies are what a plain run
+computes.
+
+The dump is one .npz: per step s and graph node i, `s/i/name` holds the values in ggml's
+order (ne[0] fastest) as a C array of shape (ne[3], ne[2], ne[1], ne[0]), and `order` holds
+the names of each step in graph order.
+"""
+import ctypes
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+GGML_MAX_DIMS = 4
+GGML_MAX_SRC = 10
+GGML_MAX_OP_PARAMS = 64
+GGML_MAX_NAME = 64
+GGML_TYPE_F32, GGML_TYPE_F16 = 0, 1
+# Node names of the KV cache's views and writes: large, and the cache is not an activation.
+SKIP_PREFIXES = ("cache_",)
+
+
+class GgmlTensor(ctypes.Structure):
+    """struct ggml_tensor of ggml.h at llama.cpp 0c1e570."""
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * GGML_MAX_DIMS),
+        ("nb", ctypes.c_size_t * GGML_MAX_DIMS),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * (GGML_MAX_OP_PARAMS // 4)),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * GGML_MAX_SRC),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * GGML_MAX_NAME),
+        ("extra", ctypes.c_void_p),
+        ("padding", ctypes.c_char * 8),
+    ]
+
+
+def tensor_array(t):
+    """A copy of a host F32/F16 tensor as float32, shape (ne3, ne2, ne1, ne0); None otherwise."""
+    if t.type not in (GGML_TYPE_F32, GGML_TYPE_F16) or not t.data:
+        return None
+    dtype = np.float32 if t.type == GGML_TYPE_F32 else np.float16
+    ne = [int(n) for n in t.ne][::-1]
+    nb = [int(n) for n in t.nb][::-1]
+    if min(ne) <= 0:
+        return None
+    span = sum((n - 1) * s for n, s in zip(ne, nb)) + np.dtype(dtype).itemsize
+    raw = (ctypes.c_char * span).from_address(t.data)
+    view = np.ndarray(ne, dtype, buffer=raw, strides=nb)
+    return np.array(view, np.float32)
+
+
+def _serve():
+    """Request (JSON on stdin): model, prompt_ids, step_ids, n_threads, n_ctx, out, max_elems."""
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
+    import llama_cpp as L
+
+    req = json.load(sys.stdin)
+    quiet = L.llama_log_callback(lambda level, text, data: None)   # kept alive: C holds it
+    L.llama_log_set(quiet, ctypes.c_void_p())
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(req["model"].encode(), L.llama_model_default_params())
+    if not model:
+        sys.exit(f"llama.cpp could not load {req['model']}")
+    max_elems = int(req.get("max_elems", 1 << 24))
+    step_nodes = []
+
+    def on_node(ptr, ask, _user):
+        t = GgmlTensor.from_address(ptr)
+        name = t.name.decode(errors="replace")
+        if ask:
+            return not name.startswith(SKIP_PREFIXES)
+        if int(np.prod([int(n) for n in t.ne])) <= max_elems:
+            arr = tensor_array(t)
+            if arr is not None:
+                step_nodes[-1].append((name, arr))
+        return True
+
+    callback = L.ggml_backend_sched_eval_callback(on_node)          # kept alive: C holds it
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = req["n_ctx"], 512, 512
+    cp.n_threads = cp.n_threads_batch = req["n_threads"]
+    cp.cb_eval = callback
+    ctx = L.llama_init_from_model(model, cp)
+
+    def decode(ids):
+        step_nodes.append([])
+        arr = (L.llama_token * len(ids))(*ids)
+        if L.llama_decode(ctx, L.llama_batch_get_one(arr, len(ids))) != 0:
+            sys.exit("llama_decode failed")
+
+    decode(req["prompt_ids"])
+    for tok in req["step_ids"]:
+        decode([tok])
+    arrays, order = {}, []
+    for s, nodes in enumerate(step_nodes):
+        order.append([name for name, _ in nodes])
+        for i, (name, arr) in enumerate(nodes):
+            arrays[f"{s}/{i}/{name}"] = arr
+    np.savez(req["out"], order=json.dumps(order), **arrays)
+
+
+if __name__ == "__main__":
+    _serve()
