@@ -197,6 +197,14 @@ class Linear:
             y += self.bias
         return y
 
+    def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
+        """(x W^T + b)^T, computed as W x^T: rows of the result are output features, so a
+        head's slice of them is contiguous (no split copies for attention)."""
+        y = self.w @ x.T
+        if self.bias is not None:
+            y += self.bias[:, None]
+        return y
+
 
 class KernelLinear:
     """y = x W^T for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
@@ -319,13 +327,13 @@ class WhisperModel:
         self.conv = [(self._array(f"encoder.conv{i}.weight"),
                       self._array(f"encoder.conv{i}.bias").reshape(-1)) for i in (1, 2)]
         self.enc_pos = self._array("encoder.positional_embedding")      # (n_audio_ctx, n_state)
-        self.enc_blocks = [self._block(f"encoder.blocks.{i}", cross=False)
+        self.enc_blocks = [self._encoder_block(f"encoder.blocks.{i}")
                            for i in range(hp.n_audio_layer)]
         self.enc_ln = self._norm("encoder.ln_post")
         self.dec_pos = self._array("decoder.positional_embedding")      # (n_text_ctx, n_state)
         self.token_embd = self._array("decoder.token_embedding.weight")  # (n_vocab, n_state)
         self.logits_proj = self._logits_weight()                        # tied to the embedding
-        self.dec_blocks = [self._block(f"decoder.blocks.{i}", cross=True)
+        self.dec_blocks = [self._decoder_block(f"decoder.blocks.{i}")
                            for i in range(hp.n_text_layer)]
         self.dec_ln = self._norm("decoder.ln")
 
@@ -340,21 +348,44 @@ class WhisperModel:
     def _norm(self, name):
         return self._array(name + ".weight"), self._array(name + ".bias")
 
-    def _block(self, prefix, cross):
-        block = {"attn_ln": self._norm(f"{prefix}.attn_ln"),
-                 "attn": self._attn(f"{prefix}.attn"),
-                 "mlp_ln": self._norm(f"{prefix}.mlp_ln"),
-                 "mlp_0": self._linear(f"{prefix}.mlp.0"),
-                 "mlp_2": self._linear(f"{prefix}.mlp.2")}
-        if cross:
-            block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
-            block["cross"] = self._attn(f"{prefix}.cross_attn")
+    def _block(self, prefix, attn):
+        return {"attn_ln": self._norm(f"{prefix}.attn_ln"), "attn": attn,
+                "mlp_ln": self._norm(f"{prefix}.mlp_ln"),
+                "mlp_0": self._linear(f"{prefix}.mlp.0"),
+                "mlp_2": self._linear(f"{prefix}.mlp.2")}
+
+    def _encoder_block(self, prefix):
+        """Self-attention's q|k|v in one product, the query scaled by d^-1/2 at load (a power
+        of two for Whisper's d = 64, so exact)."""
+        hp = self.hparams
+        scale = (hp.n_audio_state // hp.n_audio_head) ** -0.5
+        a = f"{prefix}.attn"
+        return self._block(prefix, {"qkv": self._fused(a, ("query", "key", "value"), scale),
+                                    "out": self._linear(f"{a}.out")})
+
+    def _decoder_block(self, prefix):
+        """Self-attention's q|k|v in one product (one decode step: one call, not three);
+        cross-attention's k|v likewise, computed once per window."""
+        a, c = f"{prefix}.attn", f"{prefix}.cross_attn"
+        block = self._block(prefix, {"qkv": self._fused(a, ("query", "key", "value")),
+                                     "out": self._linear(f"{a}.out")})
+        block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
+        block["cross"] = {"q": self._linear(f"{c}.query"), "kv": self._fused(c, ("key", "value")),
+                          "out": self._linear(f"{c}.out")}
         return block
 
-    def _attn(self, prefix):
-        return {"q": self._linear(f"{prefix}.query"),
-                "k": self._linear(f"{prefix}.key", bias=False),
-                "v": self._linear(f"{prefix}.value"), "out": self._linear(f"{prefix}.out")}
+    def _fused(self, prefix, parts, query_scale=1.0):
+        """One Linear stacking an attention's projections (rows part after part); Whisper's
+        key has no bias, so its rows get zeros."""
+        weights, biases = [], []
+        for part in parts:
+            w = self._array(f"{prefix}.{part}.weight")
+            b = (np.zeros(w.shape[0], np.float32) if part == "key"
+                 else self._array(f"{prefix}.{part}.bias"))
+            scale = np.float32(query_scale if part == "query" else 1.0)
+            weights.append(w * scale)
+            biases.append(b * scale)
+        return Linear(np.concatenate(weights), np.concatenate(biases))
 
     # -- front end ---------------------------------------------------------------------------
     def log_mel(self, samples):
@@ -378,9 +409,9 @@ class WhisperModel:
         return layer_norm(x, *self.enc_ln)
 
     def self_attention(self, attn, h, n_head):
-        q, k, v = attn["q"](h), attn["k"](h), attn["v"](h)
+        qkv_t = attn["qkv"].transposed(h)                                   # (3 n_state, T)
         with _BLAS.limit(limits=1, user_api="blas"):
-            o = attention(q, k, v, n_head, pool=self._pool)
+            o = encoder_attention(qkv_t, n_head, pool=self._pool)            # (T, n_state)
         return attn["out"](o)
 
     def mlp(self, block, x):
@@ -395,10 +426,11 @@ class WhisperModel:
     def cross_kv(self, audio_features):
         """Per decoder layer, the cross-attention keys and values of a window (once per window)."""
         with _BLAS.limit(limits=self.n_threads, user_api="blas"):
-            n_head = self.hparams.n_text_head
-            return [(split_keys(b["cross"]["k"](audio_features), n_head),
-                     split_heads(b["cross"]["v"](audio_features), n_head))
-                    for b in self.dec_blocks]
+            n_head, n = self.hparams.n_text_head, self.hparams.n_text_state
+            kv_ts = [b["cross"]["kv"].transposed(audio_features) for b in self.dec_blocks]
+            # kv_t (2 n, S): its key rows are already the (n_head, d, S) layout of split_keys
+            return [(kv_t[:n].reshape(n_head, -1, kv_t.shape[1]), split_heads(kv_t[n:].T, n_head))
+                    for kv_t in kv_ts]
 
     def new_cache(self):
         return DecoderCache(self.hparams)
@@ -418,14 +450,15 @@ class WhisperModel:
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
         hp = self.hparams
-        n = len(tokens)
+        n, n_state = len(tokens), hp.n_text_state
         x = self.token_embd[tokens] + self.dec_pos[pos0:pos0 + n]            # (n, n_state)
         for il, block in enumerate(self.dec_blocks):
             h = layer_norm(x, *block["attn_ln"])
             attn = block["attn"]
-            cache.k[il, pos0:pos0 + n] = attn["k"](h)
-            cache.v[il, pos0:pos0 + n] = attn["v"](h)
-            o = attention(attn["q"](h), cache.k[il, :pos0 + n], cache.v[il, :pos0 + n],
+            qkv = attn["qkv"](h)                                              # (n, 3 n_state)
+            cache.k[il, pos0:pos0 + n] = qkv[:, n_state:2 * n_state]
+            cache.v[il, pos0:pos0 + n] = qkv[:, 2 * n_state:]
+            o = attention(qkv[:, :n_state], cache.k[il, :pos0 + n], cache.v[il, :pos0 + n],
                           hp.n_text_head, causal_from=pos0)
             x += attn["out"](o)
             h = layer_norm(x, *block["cross_ln"])
@@ -477,38 +510,59 @@ def split_keys(k, n_head):
     return np.ascontiguousarray(k.reshape(S, n_head, n // n_head).transpose(1, 2, 0))
 
 
-def attention(q, k, v, n_head, causal_from=None, pool=None, q_chunk=256):
-    """Multi-head softmax(q k^T / sqrt(d)) v.
+def attention(q, k, v, n_head, causal_from=None):
+    """The decoder's multi-head softmax(q k^T / sqrt(d)) v, all heads in one batched product.
 
     q (T, n); k, v (S, n), or split already as k (n_head, d, S) and v (n_head, S, d);
-    causal_from: position of q[0] (None: no mask). Heads run on `pool` when given, each with
-    single-threaded BLAS (coarse parallelism: one BLAS call per head is too small to split).
-    Queries go in chunks so a head's scores (q_chunk, S) stay in cache.
+    causal_from: position of q[0] (None: no mask). T and S stay within the text context, so
+    the scores (n_head, T, S) are small and a loop over heads would cost more in Python calls
+    than in arithmetic.
     """
     T, n = q.shape
     d = n // n_head
     khT = k if k.ndim == 3 else split_keys(k, n_head)                     # (H, d, S)
     vh = v if v.ndim == 3 else split_heads(v, n_head)                     # (H, S, d)
     qh = split_heads(q * np.float32(d ** -0.5), n_head)                   # (H, T, d)
-    out = np.empty((n_head, T, d), np.float32)
+    s = qh @ khT                                                          # (H, T, S)
+    if causal_from is not None and T > 1:
+        future = np.arange(s.shape[2])[None, :] > causal_from + np.arange(T)[:, None]
+        s[:, future] = -np.inf
+    s -= s.max(-1, keepdims=True)
+    np.exp(s, out=s)
+    out = (s @ vh) / s.sum(-1, keepdims=True)                             # (H, T, d)
+    return out.transpose(1, 0, 2).reshape(T, n)
+
+
+def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
+    """Non-causal multi-head softmax(q k^T) v on transposed projections, q scaled already.
+
+    qkv_t (3 n, T): rows q | k | v, each n = n_head * d rows, head h at rows h*d:(h+1)*d;
+    returns o (T, n). Every operand is a contiguous block or its transpose, so BLAS reads
+    them in place. Heads run on `pool` when given (single-threaded BLAS each); queries go in
+    chunks so a head's scores (q_chunk, T) stay in cache.
+    """
+    n3, T = qkv_t.shape
+    n = n3 // 3
+    d = n // n_head
+    out = np.empty((T, n), np.float32)
 
     def head(h):
+        q_t, k_t, v_t = (qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3))
         for t0 in range(0, T, q_chunk):
             t1 = min(T, t0 + q_chunk)
-            s = qh[h, t0:t1] @ khT[h]                                      # (tc, S)
-            if causal_from is not None and t1 - t0 > 1:
-                future = np.arange(s.shape[1])[None, :] > causal_from + np.arange(t0, t1)[:, None]
-                s[future] = -np.inf
+            s = q_t[:, t0:t1].T @ k_t                                        # (tc, T)
             s -= s.max(-1, keepdims=True)
             np.exp(s, out=s)
-            out[h, t0:t1] = (s @ vh[h]) / s.sum(-1, keepdims=True)
+            o = s @ v_t.T                                                    # (tc, d)
+            o /= s.sum(-1, keepdims=True)
+            out[t0:t1, h * d:(h + 1) * d] = o
 
     if pool is None:
         for h in range(n_head):
             head(h)
     else:
         list(pool.map(head, range(n_head)))
-    return out.transpose(1, 0, 2).reshape(T, n)
+    return out
 
 
 def conv1d(x, w, b, stride):
