@@ -207,14 +207,26 @@ class Linear:
 
 
 class KernelLinear:
-    """y = x W^T for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
+    """y = x W^T + b for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
 
-    def __init__(self, qtype, w, n_rows, n_cols):
+    def __init__(self, qtype, w, n_rows, n_cols, bias=None):
         self.qtype, self.n_rows, self.n_cols = int(qtype), n_rows, n_cols
         self.w = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
+        self.bias = None if bias is None else np.asarray(bias, np.float32)
+
+    @classmethod
+    def quantized(cls, linear, qtype):
+        """A float Linear with its weight quantized to `qtype` (gguf's reference quantizer)."""
+        return cls(qtype, quantize(linear.w, qtype), *linear.w.shape, bias=linear.bias)
 
     def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
-        return matmul_f32(self.qtype, self.w, self.n_rows, self.n_cols, x)
+        y = matmul_f32(self.qtype, self.w, self.n_rows, self.n_cols, x)
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+    def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
+        return np.ascontiguousarray(self(x).T)
 
 
 def _is_ct2(path):
@@ -242,8 +254,13 @@ def is_whisper_model(path):
 class WhisperModel:
     """A loaded Whisper model: hyper-parameters, tokenizer, mel filters and weights."""
 
-    def __init__(self, path, n_threads=None, weights=True):
-        """Load a model; weights=False reads only the file (for the converter)."""
+    def __init__(self, path, n_threads=None, weights=True, encoder_qtype=None):
+        """Load a model; weights=False reads only the file (for the converter).
+
+        encoder_qtype: None keeps the encoder's matrices float32 (BLAS sgemm, the default);
+        a ggml type (Q8_0) quantizes them at load for the int8 matmul kernels.
+        """
+        self.encoder_qtype = encoder_qtype
         t0 = time.perf_counter()
         self.n_threads = set_threads(n_threads)
         self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
@@ -360,8 +377,14 @@ class WhisperModel:
         hp = self.hparams
         scale = (hp.n_audio_state // hp.n_audio_head) ** -0.5
         a = f"{prefix}.attn"
-        return self._block(prefix, {"qkv": self._fused(a, ("query", "key", "value"), scale),
-                                    "out": self._linear(f"{a}.out")})
+        block = self._block(prefix, {"qkv": self._fused(a, ("query", "key", "value"), scale),
+                                     "out": self._linear(f"{a}.out")})
+        if self.encoder_qtype is not None:
+            block["attn"] = {k: KernelLinear.quantized(v, self.encoder_qtype)
+                             for k, v in block["attn"].items()}
+            for k in ("mlp_0", "mlp_2"):
+                block[k] = KernelLinear.quantized(block[k], self.encoder_qtype)
+        return block
 
     def _decoder_block(self, prefix):
         """Self-attention's q|k|v in one product (one decode step: one call, not three);
