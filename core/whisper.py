@@ -561,30 +561,33 @@ def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
 
     qkv_t (3 n, T): rows q | k | v, each n = n_head * d rows, head h at rows h*d:(h+1)*d;
     returns o (T, n). Every operand is a contiguous block or its transpose, so BLAS reads
-    them in place. Heads run on `pool` when given (single-threaded BLAS each); queries go in
-    chunks so a head's scores (q_chunk, T) stay in cache.
+    them in place. The work goes in tiles of (head, q_chunk queries), each with
+    single-threaded BLAS, on `pool` when given: a tile's scores (q_chunk, T) stay in cache,
+    and many small tiles keep both threads busy when a core is shared (a thread per head
+    would wait for the slowest).
     """
     n3, T = qkv_t.shape
     n = n3 // 3
     d = n // n_head
     out = np.empty((T, n), np.float32)
 
-    def head(h):
+    def tile(job):
+        h, t0 = job
+        t1 = min(T, t0 + q_chunk)
         q_t, k_t, v_t = (qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3))
-        for t0 in range(0, T, q_chunk):
-            t1 = min(T, t0 + q_chunk)
-            s = q_t[:, t0:t1].T @ k_t                                        # (tc, T)
-            s -= s.max(-1, keepdims=True)
-            np.exp(s, out=s)
-            o = s @ v_t.T                                                    # (tc, d)
-            o /= s.sum(-1, keepdims=True)
-            out[t0:t1, h * d:(h + 1) * d] = o
+        s = q_t[:, t0:t1].T @ k_t                                            # (tc, T)
+        s -= s.max(-1, keepdims=True)
+        np.exp(s, out=s)
+        o = s @ v_t.T                                                        # (tc, d)
+        o /= s.sum(-1, keepdims=True)
+        out[t0:t1, h * d:(h + 1) * d] = o
 
+    jobs = [(h, t0) for h in range(n_head) for t0 in range(0, T, q_chunk)]
     if pool is None:
-        for h in range(n_head):
-            head(h)
+        for job in jobs:
+            tile(job)
     else:
-        list(pool.map(head, range(n_head)))
+        list(pool.map(tile, jobs))
     return out
 
 
