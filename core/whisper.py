@@ -5,6 +5,7 @@ Weights carry whisper.cpp's tensor names (`encoder.blocks.0.attn.query.weight`),
 formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). Matrix work
 is float32 numpy (BLAS), weights widened to float32 at load, except the output projection:
 each decode step reads all of it, so it stays f16 (or as quantized) for the matmul kernels.
+Optionally (encoder_qtype) the encoder's matrices are quantized at load for those kernels too.
 """
 import json
 import time
