@@ -2,10 +2,11 @@
 directory, the log-mel front end, the encoder, and the decoder with its KV caches.
 
 Weights carry whisper.cpp's tensor names (`encoder.blocks.0.attn.query.weight`), so both file
-formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). Matrix work
-is float32 numpy (BLAS), weights widened to float32 at load, except the output projection:
-each decode step reads all of it, so it stays f16 (or as quantized) for the matmul kernels.
-Optionally (encoder_qtype) the encoder's matrices are quantized at load for those kernels too.
+formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). The encoder's
+matrix work is float32 numpy (BLAS), weights widened to float32 at load (or, with
+encoder_qtype, quantized for dasllama's matmul kernels). The decoder's per-token matrices are
+f16 for those kernels, as whisper.cpp keeps them: each decode step reads them all, so their
+bytes set the step time, and the kernels round activations to f16 as ggml does.
 """
 import json
 import time
@@ -239,6 +240,11 @@ class KernelLinear:
         return np.ascontiguousarray(self(x).T)
 
 
+def _f16(linear):
+    """A float Linear as f16 for the matmul kernels (per-token products: half the bytes)."""
+    return KernelLinear(F16, linear.w.astype(np.float16), *linear.w.shape, bias=linear.bias)
+
+
 def _is_ct2(path):
     if path.is_dir():
         return (path / "model.bin").is_file()
@@ -400,11 +406,14 @@ class WhisperModel:
         """Self-attention's q|k|v in one product (one decode step: one call, not three);
         cross-attention's k|v likewise, computed once per window."""
         a, c = f"{prefix}.attn", f"{prefix}.cross_attn"
-        block = self._block(prefix, {"qkv": self._fused(a, ("query", "key", "value")),
-                                     "out": self._linear(f"{a}.out")})
+        block = self._block(prefix, {"qkv": _f16(self._fused(a, ("query", "key", "value"))),
+                                     "out": _f16(self._linear(f"{a}.out"))})
+        for k in ("mlp_0", "mlp_2"):
+            block[k] = _f16(block[k])
         block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
-        block["cross"] = {"q": self._linear(f"{c}.query"), "kv": self._fused(c, ("key", "value")),
-                          "out": self._linear(f"{c}.out")}
+        block["cross"] = {"q": _f16(self._linear(f"{c}.query")),
+                          "kv": self._fused(c, ("key", "value")),       # float32: an sgemm
+                          "out": _f16(self._linear(f"{c}.out"))}
         return block
 
     def _fused(self, prefix, parts, query_scale=1.0):
