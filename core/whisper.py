@@ -2,9 +2,11 @@
 directory, the log-mel front end, the encoder, and the decoder with its KV caches.
 
 Weights carry whisper.cpp's tensor names (`encoder.blocks.0.attn.query.weight`), so both file
-formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). Matrix work
-is float32 numpy (BLAS), weights widened to float32 at load, except the output projection:
-each decode step reads all of it, so it stays f16 (or as quantized) for the matmul kernels.
+formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). The encoder's
+matrix work is float32 numpy (BLAS), weights widened to float32 at load (or, with
+encoder_qtype, quantized for dasllama's matmul kernels). The decoder's per-token matrices are
+f16 for those kernels, as whisper.cpp keeps them: each decode step reads them all, so their
+bytes set the step time, and the kernels round activations to f16 as ggml does.
 """
 import json
 import time
@@ -18,6 +20,7 @@ from gguf.quants import dequantize, quantize
 from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import ct2, whisper_ggml
+from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel
 from dasllama.kernels.matmul import matmul_f32
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
@@ -191,22 +194,55 @@ class Linear:
         self.w = np.ascontiguousarray(w, np.float32)
         self.bias = None if bias is None else np.asarray(bias, np.float32)
 
+    def product(self, x):                                # (T, n_cols) -> (T, n_rows)
+        """x W^T without the bias."""
+        return x @ self.w.T
+
     def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
-        y = x @ self.w.T
+        y = self.product(x)
         if self.bias is not None:
             y += self.bias
         return y
 
+    def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
+        """(x W^T + b)^T, computed as W x^T: rows of the result are output features, so a
+        head's slice of them is contiguous (no split copies for attention)."""
+        y = self.w @ x.T
+        if self.bias is not None:
+            y += self.bias[:, None]
+        return y
+
 
 class KernelLinear:
-    """y = x W^T for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
+    """y = x W^T + b for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
 
-    def __init__(self, qtype, w, n_rows, n_cols):
+    def __init__(self, qtype, w, n_rows, n_cols, bias=None):
         self.qtype, self.n_rows, self.n_cols = int(qtype), n_rows, n_cols
         self.w = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
+        self.bias = None if bias is None else np.asarray(bias, np.float32)
+
+    @classmethod
+    def quantized(cls, linear, qtype):
+        """A float Linear with its weight quantized to `qtype` (gguf's reference quantizer)."""
+        return cls(qtype, quantize(linear.w, qtype), *linear.w.shape, bias=linear.bias)
+
+    def product(self, x):                                # (T, n_cols) -> (T, n_rows)
+        """x W^T without the bias."""
+        return matmul_f32(self.qtype, self.w, self.n_rows, self.n_cols, x)
 
     def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
-        return matmul_f32(self.qtype, self.w, self.n_rows, self.n_cols, x)
+        y = self.product(x)
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+    def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
+        return np.ascontiguousarray(self(x).T)
+
+
+def _f16(linear):
+    """A float Linear as f16 for the matmul kernels (per-token products: half the bytes)."""
+    return KernelLinear(F16, linear.w.astype(np.float16), *linear.w.shape, bias=linear.bias)
 
 
 def _is_ct2(path):
@@ -234,8 +270,13 @@ def is_whisper_model(path):
 class WhisperModel:
     """A loaded Whisper model: hyper-parameters, tokenizer, mel filters and weights."""
 
-    def __init__(self, path, n_threads=None, weights=True):
-        """Load a model; weights=False reads only the file (for the converter)."""
+    def __init__(self, path, n_threads=None, weights=True, encoder_qtype=None):
+        """Load a model; weights=False reads only the file (for the converter).
+
+        encoder_qtype: None keeps the encoder's matrices float32 (BLAS sgemm, the default);
+        a ggml type (Q8_0) quantizes them at load for the int8 matmul kernels.
+        """
+        self.encoder_qtype = encoder_qtype
         t0 = time.perf_counter()
         self.n_threads = set_threads(n_threads)
         self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
@@ -316,16 +357,16 @@ class WhisperModel:
 
     def _build(self):
         hp = self.hparams
-        self.conv = [(self._array(f"encoder.conv{i}.weight"),
+        self.conv = [(conv_weight(self._array(f"encoder.conv{i}.weight")),
                       self._array(f"encoder.conv{i}.bias").reshape(-1)) for i in (1, 2)]
         self.enc_pos = self._array("encoder.positional_embedding")      # (n_audio_ctx, n_state)
-        self.enc_blocks = [self._block(f"encoder.blocks.{i}", cross=False)
+        self.enc_blocks = [self._encoder_block(f"encoder.blocks.{i}")
                            for i in range(hp.n_audio_layer)]
         self.enc_ln = self._norm("encoder.ln_post")
         self.dec_pos = self._array("decoder.positional_embedding")      # (n_text_ctx, n_state)
         self.token_embd = self._array("decoder.token_embedding.weight")  # (n_vocab, n_state)
         self.logits_proj = self._logits_weight()                        # tied to the embedding
-        self.dec_blocks = [self._block(f"decoder.blocks.{i}", cross=True)
+        self.dec_blocks = [self._decoder_block(f"decoder.blocks.{i}")
                            for i in range(hp.n_text_layer)]
         self.dec_ln = self._norm("decoder.ln")
 
@@ -340,21 +381,53 @@ class WhisperModel:
     def _norm(self, name):
         return self._array(name + ".weight"), self._array(name + ".bias")
 
-    def _block(self, prefix, cross):
-        block = {"attn_ln": self._norm(f"{prefix}.attn_ln"),
-                 "attn": self._attn(f"{prefix}.attn"),
-                 "mlp_ln": self._norm(f"{prefix}.mlp_ln"),
-                 "mlp_0": self._linear(f"{prefix}.mlp.0"),
-                 "mlp_2": self._linear(f"{prefix}.mlp.2")}
-        if cross:
-            block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
-            block["cross"] = self._attn(f"{prefix}.cross_attn")
+    def _block(self, prefix, attn):
+        return {"attn_ln": self._norm(f"{prefix}.attn_ln"), "attn": attn,
+                "mlp_ln": self._norm(f"{prefix}.mlp_ln"),
+                "mlp_0": self._linear(f"{prefix}.mlp.0"),
+                "mlp_2": self._linear(f"{prefix}.mlp.2")}
+
+    def _encoder_block(self, prefix):
+        """Self-attention's q|k|v in one product, the query scaled by d^-1/2 at load (a power
+        of two for Whisper's d = 64, so exact)."""
+        hp = self.hparams
+        scale = (hp.n_audio_state // hp.n_audio_head) ** -0.5
+        a = f"{prefix}.attn"
+        block = self._block(prefix, {"qkv": self._fused(a, ("query", "key", "value"), scale),
+                                     "out": self._linear(f"{a}.out")})
+        if self.encoder_qtype is not None:
+            block["attn"] = {k: KernelLinear.quantized(v, self.encoder_qtype)
+                             for k, v in block["attn"].items()}
+            for k in ("mlp_0", "mlp_2"):
+                block[k] = KernelLinear.quantized(block[k], self.encoder_qtype)
         return block
 
-    def _attn(self, prefix):
-        return {"q": self._linear(f"{prefix}.query"),
-                "k": self._linear(f"{prefix}.key", bias=False),
-                "v": self._linear(f"{prefix}.value"), "out": self._linear(f"{prefix}.out")}
+    def _decoder_block(self, prefix):
+        """Self-attention's q|k|v in one product (one decode step: one call, not three);
+        cross-attention's k|v likewise, computed once per window."""
+        a, c = f"{prefix}.attn", f"{prefix}.cross_attn"
+        block = self._block(prefix, {"qkv": _f16(self._fused(a, ("query", "key", "value"))),
+                                     "out": _f16(self._linear(f"{a}.out"))})
+        for k in ("mlp_0", "mlp_2"):
+            block[k] = _f16(block[k])
+        block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
+        block["cross"] = {"q": _f16(self._linear(f"{c}.query")),
+                          "kv": self._fused(c, ("key", "value")),       # float32: an sgemm
+                          "out": _f16(self._linear(f"{c}.out"))}
+        return block
+
+    def _fused(self, prefix, parts, query_scale=1.0):
+        """One Linear stacking an attention's projections (rows part after part); Whisper's
+        key has no bias, so its rows get zeros."""
+        weights, biases = [], []
+        for part in parts:
+            w = self._array(f"{prefix}.{part}.weight")
+            b = (np.zeros(w.shape[0], np.float32) if part == "key"
+                 else self._array(f"{prefix}.{part}.bias"))
+            scale = np.float32(query_scale if part == "query" else 1.0)
+            weights.append(w * scale)
+            biases.append(b * scale)
+        return Linear(np.concatenate(weights), np.concatenate(biases))
 
     # -- front end ---------------------------------------------------------------------------
     def log_mel(self, samples):
@@ -367,9 +440,11 @@ class WhisperModel:
             return self._encode(mel_window)
 
     def _encode(self, mel_window):
-        x = self.activation(conv1d(mel_window, *self.conv[0], stride=1))     # (n_state, 3000)
-        x = self.activation(conv1d(x, *self.conv[1], stride=2))               # (n_state, 1500)
-        x = np.ascontiguousarray(x.T) + self.enc_pos[:x.shape[1]]             # (1500, n_state)
+        x = np.ascontiguousarray(mel_window.T, np.float32)                   # (3000, n_mels)
+        for (w, b), stride in zip(self.conv, (1, 2)):
+            x = conv1d(x, w, stride)
+            bias_gelu(x, b)
+        x += self.enc_pos[:x.shape[0]]                                        # (1500, n_state)
         n_head = self.hparams.n_audio_head
         for block in self.enc_blocks:
             h = layer_norm(x, *block["attn_ln"])
@@ -378,27 +453,27 @@ class WhisperModel:
         return layer_norm(x, *self.enc_ln)
 
     def self_attention(self, attn, h, n_head):
-        q, k, v = attn["q"](h), attn["k"](h), attn["v"](h)
+        qkv_t = attn["qkv"].transposed(h)                                   # (3 n_state, T)
         with _BLAS.limit(limits=1, user_api="blas"):
-            o = attention(q, k, v, n_head, pool=self._pool)
+            o = encoder_attention(qkv_t, n_head, pool=self._pool)            # (T, n_state)
         return attn["out"](o)
 
     def mlp(self, block, x):
         h = layer_norm(x, *block["mlp_ln"])
-        return block["mlp_2"](self.activation(block["mlp_0"](h)))
-
-    def activation(self, x):
-        """tanh-GELU, as ggml computes it (without its f16 lookup table: 5x faster in numpy)."""
-        return gelu(np.asarray(x, np.float32))
+        up = block["mlp_0"]
+        y = up.product(h)                                                    # (T, n_ff)
+        bias_gelu(y, up.bias)        # tanh-GELU as ggml's formula, without its f16 table
+        return block["mlp_2"](y)
 
     # -- decoder -----------------------------------------------------------------------------
     def cross_kv(self, audio_features):
         """Per decoder layer, the cross-attention keys and values of a window (once per window)."""
         with _BLAS.limit(limits=self.n_threads, user_api="blas"):
-            n_head = self.hparams.n_text_head
-            return [(split_keys(b["cross"]["k"](audio_features), n_head),
-                     split_heads(b["cross"]["v"](audio_features), n_head))
-                    for b in self.dec_blocks]
+            n_head, n = self.hparams.n_text_head, self.hparams.n_text_state
+            kv_ts = [b["cross"]["kv"].transposed(audio_features) for b in self.dec_blocks]
+            # kv_t (2 n, S): its key rows are already the (n_head, d, S) layout of split_keys
+            return [(kv_t[:n].reshape(n_head, -1, kv_t.shape[1]), split_heads(kv_t[n:].T, n_head))
+                    for kv_t in kv_ts]
 
     def new_cache(self):
         return DecoderCache(self.hparams)
@@ -418,14 +493,15 @@ class WhisperModel:
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
         hp = self.hparams
-        n = len(tokens)
+        n, n_state = len(tokens), hp.n_text_state
         x = self.token_embd[tokens] + self.dec_pos[pos0:pos0 + n]            # (n, n_state)
         for il, block in enumerate(self.dec_blocks):
             h = layer_norm(x, *block["attn_ln"])
             attn = block["attn"]
-            cache.k[il, pos0:pos0 + n] = attn["k"](h)
-            cache.v[il, pos0:pos0 + n] = attn["v"](h)
-            o = attention(attn["q"](h), cache.k[il, :pos0 + n], cache.v[il, :pos0 + n],
+            qkv = attn["qkv"](h)                                              # (n, 3 n_state)
+            cache.k[il, pos0:pos0 + n] = qkv[:, n_state:2 * n_state]
+            cache.v[il, pos0:pos0 + n] = qkv[:, 2 * n_state:]
+            o = attention(qkv[:, :n_state], cache.k[il, :pos0 + n], cache.v[il, :pos0 + n],
                           hp.n_text_head, causal_from=pos0)
             x += attn["out"](o)
             h = layer_norm(x, *block["cross_ln"])
@@ -444,25 +520,11 @@ class DecoderCache:
         self.n = 0
 
 
-def gelu(x):
-    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in place in one new buffer."""
-    c = np.float32(np.sqrt(2 / np.pi))
-    y = x * x
-    y *= np.float32(0.044715) * c
-    y += c
-    y *= x
-    np.tanh(y, out=y)
-    y += np.float32(1.0)
-    y *= x
-    y *= np.float32(0.5)
-    return y
-
-
 def layer_norm(x, w, b):
-    mean = x.mean(-1, keepdims=True)
-    xc = x - mean
-    var = (xc * xc).mean(-1, keepdims=True)
-    return xc / np.sqrt(var + LN_EPS) * w + b
+    """Layer norm of each row of x (T, n) into a new array (a numba kernel, one pass)."""
+    out = np.empty_like(x)
+    layer_norm_kernel(np.ascontiguousarray(x), w, b, LN_EPS, out)
+    return out
 
 
 def split_heads(x, n_head):
@@ -477,48 +539,78 @@ def split_keys(k, n_head):
     return np.ascontiguousarray(k.reshape(S, n_head, n // n_head).transpose(1, 2, 0))
 
 
-def attention(q, k, v, n_head, causal_from=None, pool=None, q_chunk=256):
-    """Multi-head softmax(q k^T / sqrt(d)) v.
+def attention(q, k, v, n_head, causal_from=None):
+    """The decoder's multi-head softmax(q k^T / sqrt(d)) v, all heads in one batched product.
 
     q (T, n); k, v (S, n), or split already as k (n_head, d, S) and v (n_head, S, d);
-    causal_from: position of q[0] (None: no mask). Heads run on `pool` when given, each with
-    single-threaded BLAS (coarse parallelism: one BLAS call per head is too small to split).
-    Queries go in chunks so a head's scores (q_chunk, S) stay in cache.
+    causal_from: position of q[0] (None: no mask). T and S stay within the text context, so
+    the scores (n_head, T, S) are small and a loop over heads would cost more in Python calls
+    than in arithmetic.
     """
     T, n = q.shape
     d = n // n_head
     khT = k if k.ndim == 3 else split_keys(k, n_head)                     # (H, d, S)
     vh = v if v.ndim == 3 else split_heads(v, n_head)                     # (H, S, d)
     qh = split_heads(q * np.float32(d ** -0.5), n_head)                   # (H, T, d)
-    out = np.empty((n_head, T, d), np.float32)
-
-    def head(h):
-        for t0 in range(0, T, q_chunk):
-            t1 = min(T, t0 + q_chunk)
-            s = qh[h, t0:t1] @ khT[h]                                      # (tc, S)
-            if causal_from is not None and t1 - t0 > 1:
-                future = np.arange(s.shape[1])[None, :] > causal_from + np.arange(t0, t1)[:, None]
-                s[future] = -np.inf
-            s -= s.max(-1, keepdims=True)
-            np.exp(s, out=s)
-            out[h, t0:t1] = (s @ vh[h]) / s.sum(-1, keepdims=True)
-
-    if pool is None:
-        for h in range(n_head):
-            head(h)
-    else:
-        list(pool.map(head, range(n_head)))
+    s = qh @ khT                                                          # (H, T, S)
+    if causal_from is not None and T > 1:
+        future = np.arange(s.shape[2])[None, :] > causal_from + np.arange(T)[:, None]
+        s[:, future] = -np.inf
+    s -= s.max(-1, keepdims=True)
+    np.exp(s, out=s)
+    out = (s @ vh) / s.sum(-1, keepdims=True)                             # (H, T, d)
     return out.transpose(1, 0, 2).reshape(T, n)
 
 
-def conv1d(x, w, b, stride):
-    """Conv1d, kernel 3, padding 1: x (C_in, T) -> (C_out, T/stride); w (C_out, C_in, 3)."""
-    c_in, T = x.shape
-    xp = np.pad(x, ((0, 0), (1, 1)))
+def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
+    """Non-causal multi-head softmax(q k^T) v on transposed projections, q scaled already.
+
+    qkv_t (3 n, T): rows q | k | v, each n = n_head * d rows, head h at rows h*d:(h+1)*d;
+    returns o (T, n). Every operand is a contiguous block or its transpose, so BLAS reads
+    them in place. The work goes in tiles of (head, q_chunk queries), each with
+    single-threaded BLAS, on `pool` when given: a tile's scores (q_chunk, T) stay in cache,
+    and many small tiles keep both threads busy when a core is shared (a thread per head
+    would wait for the slowest).
+    """
+    n3, T = qkv_t.shape
+    n = n3 // 3
+    d = n // n_head
+    out = np.empty((T, n), np.float32)
+
+    def tile(job):
+        h, t0 = job
+        t1 = min(T, t0 + q_chunk)
+        q_t, k_t, v_t = (qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3))
+        s = q_t[:, t0:t1].T @ k_t                                            # (tc, T)
+        s -= s.max(-1, keepdims=True)
+        np.exp(s, out=s)
+        o = s @ v_t.T                                                        # (tc, d)
+        o /= s.sum(-1, keepdims=True)
+        out[t0:t1, h * d:(h + 1) * d] = o
+
+    jobs = [(h, t0) for h in range(n_head) for t0 in range(0, T, q_chunk)]
+    if pool is None:
+        for job in jobs:
+            tile(job)
+    else:
+        list(pool.map(tile, jobs))
+    return out
+
+
+def conv_weight(w):
+    """A conv kernel (C_out, C_in, 3) as the (C_out, 3 * C_in) matrix conv1d multiplies by."""
+    return np.ascontiguousarray(w.transpose(0, 2, 1).reshape(w.shape[0], -1), np.float32)
+
+
+def conv1d(x, w, stride):
+    """Conv1d, kernel 3, padding 1, no bias: x (T, C_in) -> (T_out, C_out), T_out = T/stride;
+    w from conv_weight. One sgemm on the (T_out, 3 * C_in) windows of x."""
+    T, c_in = x.shape
+    xp = np.pad(x, ((1, 1), (0, 0)))                                          # (T + 2, C_in)
     n_out = (T + 2 - 3) // stride + 1
-    cols = np.stack([xp[:, j:j + stride * (n_out - 1) + 1:stride] for j in range(3)], axis=-1)
-    cols = cols.transpose(1, 0, 2).reshape(n_out, c_in * 3)                   # (T_out, C_in*3)
-    return (cols @ w.reshape(w.shape[0], -1).T + b).T                          # (C_out, T_out)
+    rows = xp.strides[0]
+    cols = np.lib.stride_tricks.as_strided(xp, (n_out, 3, c_in), (stride * rows, rows, 4))
+    return cols.reshape(n_out, 3 * c_in) @ w.T                                # (T_out, C_out)
 
 
 def log_mel_spectrogram(samples, filters, pad=N_SAMPLES, chunk=N_FRAMES):

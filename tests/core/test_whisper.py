@@ -7,6 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from gguf.constants import GGMLQuantizationType
 
 from dasllama.core.whisper import (N_FRAMES, WhisperModel, WhisperModelError,
                                    convert_ct2_to_ggml, log_mel_spectrogram, mel_filters)
@@ -219,6 +220,14 @@ def assert_parity(model, bin_path, name, timestamps):
 @pytest.mark.parametrize("timestamps", [True, False])
 def test_tiny_en_matches_whisper_cpp(tiny, tiny_dir, name, timestamps):
     ours, ref = assert_parity(tiny, _fetch(whisper_assets.ggml_bin, tiny_dir), name, timestamps)
+    assert ours == ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_tiny_en_with_a_q8_0_encoder_matches_whisper_cpp(tiny_dir, name):
+    model = WhisperModel(tiny_dir, encoder_qtype=GGMLQuantizationType.Q8_0)
+    ours, ref = assert_parity(model, _fetch(whisper_assets.ggml_bin, tiny_dir), name, True)
     assert ours == ref
 
 

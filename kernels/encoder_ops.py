@@ -1,0 +1,87 @@
+"""Element-wise steps of a Whisper-style encoder, in place and over rows in parallel: layer norm
+and bias + tanh-GELU. numpy takes five to eight passes over a (T, n) activation for each;
+these take one or two. Their exp is Cephes' expf written so LLVM vectorises it (numba has no
+SVML here, and a libm call per element is slower than numpy's own vector loops).
+"""
+import numba
+import numpy as np
+from numba import njit
+
+from .ir import bits_f32
+from .quants import JIT
+
+_LOG2E = np.float32(1.44269504088896341)
+_LN2_HI = np.float32(0.693359375)          # ln 2 split so n * _LN2_HI is exact
+_LN2_LO = np.float32(-2.12194440e-4)
+_EXP_MIN = np.float32(-87.33)              # below this e^x is under float32's smallest normal
+_P0, _P1, _P2, _P3, _P4, _P5 = (np.float32(c) for c in (
+    1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+    5.0000001201e-1))
+_ONE, _HALF, _TWO = np.float32(1.0), np.float32(0.5), np.float32(2.0)
+_GELU_C = np.float32(np.sqrt(2 / np.pi))
+_GELU_A = np.float32(0.044715)
+
+
+@njit(**JIT, inline="always")
+def exp_nonpositive(x):
+    """e^x for x <= 0 to ~1 ulp (Cephes expf); x below _EXP_MIN gives e^_EXP_MIN, ~1e-38."""
+    x = max(x, _EXP_MIN)
+    n = np.floor(x * _LOG2E + _HALF)
+    r = x - n * _LN2_HI - n * _LN2_LO
+    p = ((((_P0 * r + _P1) * r + _P2) * r + _P3) * r + _P4) * r + _P5
+    y = p * r * r + r + _ONE
+    return y * bits_f32(np.uint32((np.int32(n) + np.int32(127)) << np.int32(23)))
+
+
+@njit(**JIT, inline="always")
+def gelu_one(x):
+    """0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), with 1 + tanh(u) written as
+    2 / (1 + e^-2u): no cancellation, and e^-2u only for u >= 0 (else x e^2u / (1 + e^2u))."""
+    u = _GELU_C * (x + _GELU_A * x * x * x)
+    e = exp_nonpositive(-_TWO * abs(u))
+    if u >= 0:
+        return x / (_ONE + e)
+    return x * e / (_ONE + e)
+
+
+@njit(**JIT, parallel=True, fastmath={"contract"})
+def bias_gelu(x, bias):
+    """x (T, n) <- gelu(x + bias), in place; bias (n,)."""
+    n_rows, n_cols = x.shape
+    for t in numba.prange(n_rows):
+        row = x[t]
+        for j in range(n_cols):
+            row[j] = gelu_one(row[j] + bias[j])
+
+
+@njit(**JIT, parallel=True, fastmath={"reassoc", "contract"})
+def layer_norm(x, w, b, eps, out):
+    """out (T, n) <- (x - mean) / sqrt(var + eps) * w + b per row of x (T, n); f32 sums."""
+    n_rows, n_cols = x.shape
+    for t in numba.prange(n_rows):
+        row = x[t]
+        acc = np.float32(0.0)
+        for j in range(n_cols):
+            acc += row[j]
+        mean = acc / np.float32(n_cols)
+        acc = np.float32(0.0)
+        for j in range(n_cols):
+            c = row[j] - mean
+            acc += c * c
+        inv = _ONE / np.sqrt(acc / np.float32(n_cols) + np.float32(eps))
+        dst = out[t]
+        for j in range(n_cols):
+            dst[j] = (row[j] - mean) * inv * w[j] + b[j]
+
+
+def bias_gelu_ref(x, bias):
+    """The numpy reference of bias_gelu (returns a new array)."""
+    y = (x + bias).astype(np.float64)
+    return (0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3)))).astype(np.float32)
+
+
+def layer_norm_ref(x, w, b, eps):
+    """The numpy reference of layer_norm, in float64."""
+    x = x.astype(np.float64)
+    xc = x - x.mean(-1, keepdims=True)
+    return (xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps) * w + b).astype(np.float32)
