@@ -213,7 +213,7 @@ class Linear:
         return y
 
 
-class KernelLinear:
+class KernelLinear(Linear):
     """y = x W^T + b for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
 
     def __init__(self, qtype, w, n_rows, n_cols, bias=None):
@@ -229,12 +229,6 @@ class KernelLinear:
     def product(self, x):                                # (T, n_cols) -> (T, n_rows)
         """x W^T without the bias."""
         return matmul_f32(self.qtype, self.w, self.n_rows, self.n_cols, x)
-
-    def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
-        y = self.product(x)
-        if self.bias is not None:
-            y += self.bias
-        return y
 
     def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
         return np.ascontiguousarray(self(x).T)
