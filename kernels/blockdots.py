@@ -261,16 +261,8 @@ class Q6_KFmt(_Lanes8):
         return groups, d, g.shuffle(bs, bs, range(0, 16, 2)), g.shuffle(bs, bs, range(1, 16, 2))
 
     def pair(self, g, R, X, acc):
-        b = g.b
-        dw, scv, groups, sc_even, sc_odd = R
-        qx, dx, bs_even, bs_odd = X
-        total = None
-        for j in range(8):
-            v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
-            total = v if total is None else b.add(total, v)
-        corr = b.shl(b.add(b.mul(sc_even, bs_even), b.mul(sc_odd, bs_odd)), g.c(V8I32, 5))
-        total = b.sub(total, corr)
-        return (g.fma(g.splat(b.fmul(dx, dw), 8), g.cvt(total), acc[0]), acc[1])
+        total, _, dw, _, dx = self.block_ints(g, R, X)
+        return (g.fma(g.splat(g.b.fmul(dx, dw), 8), g.cvt(total), acc[0]), acc[1])
 
 
 class Q3_KFmt(_Lanes8):
