@@ -20,7 +20,8 @@ from gguf.quants import dequantize, quantize
 from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import ct2, whisper_ggml
-from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel
+from dasllama.kernels.attend import attend_f16, to_f16_bits
+from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel, softmax_rows
 from dasllama.kernels.matmul import matmul_f32
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
@@ -461,13 +462,16 @@ class WhisperModel:
 
     # -- decoder -----------------------------------------------------------------------------
     def cross_kv(self, audio_features):
-        """Per decoder layer, the cross-attention keys and values of a window (once per window)."""
+        """Per decoder layer, the cross-attention keys and values of a window (once per window),
+        each transposed (n_text_state, n_audio_ctx), rounded to f16 as whisper.cpp's kv_cross
+        holds them."""
         with _BLAS.limit(limits=self.n_threads, user_api="blas"):
-            n_head, n = self.hparams.n_text_head, self.hparams.n_text_state
-            kv_ts = [b["cross"]["kv"].transposed(audio_features) for b in self.dec_blocks]
-            # kv_t (2 n, S): its key rows are already the (n_head, d, S) layout of split_keys
-            return [(kv_t[:n].reshape(n_head, -1, kv_t.shape[1]), split_heads(kv_t[n:].T, n_head))
-                    for kv_t in kv_ts]
+            n = self.hparams.n_text_state
+            cross = []
+            for b in self.dec_blocks:
+                kv = b["cross"]["kv"](audio_features)                        # (S, 2 n)
+                cross.append((f16_bits(kv[:, :n]), f16_bits(kv[:, n:])))
+            return cross
 
     def new_cache(self):
         return DecoderCache(self.hparams)
@@ -487,29 +491,32 @@ class WhisperModel:
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
         hp = self.hparams
-        n, n_state = len(tokens), hp.n_text_state
+        n, n_state, n_head = len(tokens), hp.n_text_state, hp.n_text_head
+        scale = np.float32((n_state // n_head) ** -0.5)
         x = self.token_embd[tokens] + self.dec_pos[pos0:pos0 + n]            # (n, n_state)
+        o = np.empty((n, n_state), np.float32)
         for il, block in enumerate(self.dec_blocks):
             h = layer_norm(x, *block["attn_ln"])
             attn = block["attn"]
             qkv = attn["qkv"](h)                                              # (n, 3 n_state)
-            cache.k[il, pos0:pos0 + n] = qkv[:, n_state:2 * n_state]
-            cache.v[il, pos0:pos0 + n] = qkv[:, 2 * n_state:]
-            o = attention(qkv[:, :n_state], cache.k[il, :pos0 + n], cache.v[il, :pos0 + n],
-                          hp.n_text_head, causal_from=pos0)
+            to_f16_bits(qkv[:, n_state:2 * n_state], cache.k[il, :, pos0:pos0 + n])
+            to_f16_bits(qkv[:, 2 * n_state:], cache.v[il, :, pos0:pos0 + n])
+            attend_f16(qkv[:, :n_state] * scale, cache.k[il], cache.v[il], pos0 + n, n_head, pos0, o)
             x += attn["out"](o)
             h = layer_norm(x, *block["cross_ln"])
             ck, cv = cross[il]
-            x += block["cross"]["out"](attention(block["cross"]["q"](h), ck, cv, hp.n_text_head))
+            attend_f16(block["cross"]["q"](h) * scale, ck, cv, ck.shape[1], n_head, -1, o)
+            x += block["cross"]["out"](o)
             x += self.mlp(block, x)
         return x
 
 
 class DecoderCache:
-    """Self-attention keys and values of the tokens decoded so far in one window."""
+    """Self-attention keys and values of the tokens decoded so far in one window, as f16 bits
+    (whisper.cpp's kv_self type), transposed: k[layer] (n_text_state, n_text_ctx)."""
 
     def __init__(self, hp):
-        self.k = np.zeros((hp.n_text_layer, hp.n_text_ctx, hp.n_text_state), np.float32)
+        self.k = np.zeros((hp.n_text_layer, hp.n_text_state, hp.n_text_ctx), np.uint16)
         self.v = np.zeros_like(self.k)
         self.n = 0
 
@@ -521,39 +528,11 @@ def layer_norm(x, w, b):
     return out
 
 
-def split_heads(x, n_head):
-    """(T, n_head*d) -> (n_head, T, d), contiguous for batched matrix products."""
-    T, n = x.shape
-    return np.ascontiguousarray(x.reshape(T, n_head, n // n_head).transpose(1, 0, 2))
-
-
-def split_keys(k, n_head):
-    """(S, n_head*d) -> (n_head, d, S), contiguous: keys ready for q k^T."""
-    S, n = k.shape
-    return np.ascontiguousarray(k.reshape(S, n_head, n // n_head).transpose(1, 2, 0))
-
-
-def attention(q, k, v, n_head, causal_from=None):
-    """The decoder's multi-head softmax(q k^T / sqrt(d)) v, all heads in one batched product.
-
-    q (T, n); k, v (S, n), or split already as k (n_head, d, S) and v (n_head, S, d);
-    causal_from: position of q[0] (None: no mask). T and S stay within the text context, so
-    the scores (n_head, T, S) are small and a loop over heads would cost more in Python calls
-    than in arithmetic.
-    """
-    T, n = q.shape
-    d = n // n_head
-    khT = k if k.ndim == 3 else split_keys(k, n_head)                     # (H, d, S)
-    vh = v if v.ndim == 3 else split_heads(v, n_head)                     # (H, S, d)
-    qh = split_heads(q * np.float32(d ** -0.5), n_head)                   # (H, T, d)
-    s = qh @ khT                                                          # (H, T, S)
-    if causal_from is not None and T > 1:
-        future = np.arange(s.shape[2])[None, :] > causal_from + np.arange(T)[:, None]
-        s[:, future] = -np.inf
-    s -= s.max(-1, keepdims=True)
-    np.exp(s, out=s)
-    out = (s @ vh) / s.sum(-1, keepdims=True)                             # (H, T, d)
-    return out.transpose(1, 0, 2).reshape(T, n)
+def f16_bits(x):
+    """x (T, n) f32 transposed and rounded to IEEE half: a new (n, T) uint16 array of bits."""
+    out = np.empty(x.shape[::-1], np.uint16)
+    to_f16_bits(x, out)
+    return out
 
 
 def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
@@ -576,10 +555,10 @@ def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
         t1 = min(T, t0 + q_chunk)
         q_t, k_t, v_t = (qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3))
         s = q_t[:, t0:t1].T @ k_t                                            # (tc, T)
-        s -= s.max(-1, keepdims=True)
-        np.exp(s, out=s)
+        sums = np.empty(t1 - t0, np.float32)
+        softmax_rows(s, sums)
         o = s @ v_t.T                                                        # (tc, d)
-        o /= s.sum(-1, keepdims=True)
+        o /= sums[:, None]
         out[t0:t1, h * d:(h + 1) * d] = o
 
     jobs = [(h, t0) for h in range(n_head) for t0 in range(0, T, q_chunk)]

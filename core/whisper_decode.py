@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dasllama.kernels.encoder_ops import log_softmax as _log_softmax
+
 from .whisper import HOP_LENGTH, N_FFT, N_FRAMES, SAMPLE_RATE
 from .whisper_tokenizer import LANGUAGES
 
@@ -163,9 +165,8 @@ class LogitRules:
 
 
 def log_softmax(x):
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum()))
+    """log-softmax of a logits row, as f64."""
+    return _log_softmax(np.ascontiguousarray(x, np.float32))
 
 
 def detect_language(model, cross):

@@ -1,5 +1,5 @@
-"""Element-wise steps of a Whisper-style encoder, in place and over rows in parallel: layer norm
-and bias + tanh-GELU. numpy takes five to eight passes over a (T, n) activation for each;
+"""Element-wise steps of a Whisper-style encoder, in place and over rows in parallel: layer norm,
+bias + tanh-GELU and the softmax of attention scores. numpy takes five to eight passes over a (T, n) activation for each;
 these take one or two. Their exp is Cephes' expf written so LLVM vectorises it (numba has no
 SVML here, and a libm call per element is slower than numpy's own vector loops).
 """
@@ -72,6 +72,43 @@ def layer_norm(x, w, b, eps, out):
         dst = out[t]
         for j in range(n_cols):
             dst[j] = (row[j] - mean) * inv * w[j] + b[j]
+
+
+@njit(**JIT, fastmath={"reassoc", "contract"})
+def softmax_rows(s, sums):
+    """s (T, S) <- e^(s - rowmax) in place, sums (T,) <- each row's sum: the unnormalised
+    softmax, in two passes instead of numpy's four. Single-threaded and without the GIL, for
+    attention tiles that run on a thread pool beside their single-threaded BLAS."""
+    n_rows, n_cols = s.shape
+    for t in range(n_rows):
+        row = s[t]
+        m = row[0]
+        for j in range(1, n_cols):
+            m = max(m, row[j])
+        acc = np.float32(0.0)
+        for j in range(n_cols):
+            e = exp_nonpositive(row[j] - m)
+            row[j] = e
+            acc += e
+        sums[t] = acc
+
+
+@njit(**JIT, fastmath={"reassoc", "contract"})
+def log_softmax(x):
+    """log-softmax of a logits row x (n,) f32 as a new f64 row: the sum of e^(x - max) in f64
+    of f32 exps, one pass each for max, sum and output (numpy: five, all in f64). -inf stays
+    -inf."""
+    m = x[0]
+    for j in range(1, x.size):
+        m = max(m, x[j])
+    acc = 0.0
+    for j in range(x.size):
+        acc += np.float64(exp_nonpositive(x[j] - m))
+    norm = np.float64(m) + np.log(acc)
+    out = np.empty(x.size, np.float64)
+    for j in range(x.size):
+        out[j] = np.float64(x[j]) - norm
+    return out
 
 
 def bias_gelu_ref(x, bias):

@@ -1,9 +1,11 @@
-"""encoder_ops against their float64 numpy references: NMSE within float32 rounding."""
+"""encoder_ops and the decoder's attend_f16 against float64 numpy references: within float32
+rounding."""
 import numpy as np
 import pytest
 
+from dasllama.kernels.attend import attend_f16, attend_ref, to_f16_bits
 from dasllama.kernels.encoder_ops import (bias_gelu, bias_gelu_ref, exp_nonpositive, layer_norm,
-                                          layer_norm_ref)
+                                          layer_norm_ref, log_softmax, softmax_rows)
 from numba import njit
 
 
@@ -43,3 +45,44 @@ def test_layer_norm_matches_reference():
     out = np.empty_like(x)
     layer_norm(x, w, b, 1e-5, out)
     assert nmse(out, layer_norm_ref(x, w, b, 1e-5)) < 1e-13
+
+
+def test_softmax_rows_is_the_unnormalised_softmax_and_its_sums():
+    rng = np.random.default_rng(3)
+    s = (rng.standard_normal((19, 1500)) * 8).astype(np.float32)
+    ref = np.exp(s.astype(np.float64) - s.max(-1, keepdims=True))
+    sums = np.empty(19, np.float32)
+    softmax_rows(s, sums)
+    assert np.abs(s - ref).max() <= 4e-7
+    assert np.allclose(sums, ref.sum(-1), rtol=2e-6, atol=0)
+
+
+def test_log_softmax_matches_float64_and_keeps_minus_inf():
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(51865) * 6).astype(np.float32)
+    x[:300] = -np.inf                                   # suppressed tokens
+    finite = np.isfinite(x)
+    x64 = x[finite].astype(np.float64)
+    ref = x64 - (x64.max() + np.log(np.exp(x64 - x64.max()).sum()))
+    got = log_softmax(x)
+    assert got.dtype == np.float64
+    assert np.all(np.isneginf(got[~finite]))
+    assert np.abs(got[finite] - ref).max() < 1e-6
+
+
+@pytest.mark.parametrize("n_tok,n_keys,first", [(1, 1500, -1), (4, 37, 33), (1, 1, 0)])
+def test_attend_f16_matches_reference(n_tok, n_keys, first):
+    """Cross-attention (all keys), a causal prompt and a first token; the caches hold more
+    columns than are valid, as the decoder's self-attention cache does."""
+    rng = np.random.default_rng(5)
+    n, n_head, capacity = 384, 6, n_keys + 11
+    q = (rng.standard_normal((n_tok, n)) * 0.125).astype(np.float32)
+    kv = (rng.standard_normal((capacity, 2 * n)) * 2).astype(np.float32)
+    k_t, v_t = np.empty((n, capacity), np.uint16), np.empty((n, capacity), np.uint16)
+    to_f16_bits(kv[:, :n], k_t)
+    to_f16_bits(kv[:, n:], v_t)
+    assert np.array_equal(k_t, kv[:, :n].T.astype(np.float16).view(np.uint16))
+    out = np.empty((n_tok, n), np.float32)
+    attend_f16(q, k_t, v_t, n_keys, n_head, first, out)
+    ref = attend_ref(q, k_t, v_t, n_keys, n_head, first)
+    assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max()
