@@ -23,7 +23,7 @@ from dasllama.formats import ct2, whisper_ggml
 from dasllama.kernels.attend import attend_f16, to_f16_bits
 from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel, softmax_rows
 from dasllama.kernels.matmul import matmul_f32
-from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
+from dasllama.kernels.quants import F16, Q8_0, SUPPORTED as KERNEL_TYPES
 
 from .defaults import cache_dir
 from .model import set_threads
@@ -235,6 +235,73 @@ class KernelLinear(Linear):
         return np.ascontiguousarray(self(x).T)
 
 
+class Q8Screen:
+    """The text rows of an f16 output projection kept also as Q8_0 (53 % of the bytes), with a
+    bound per row on how far a Q8_0 logit may lie from the f16 kernel's value.
+
+    A decode step reads the Q8_0 rows (`step`); the rows whose bound reaches the best are then
+    recomputed from f16 (StepLogits.refine), so every choice the decoder makes from the logits
+    is the one the f16 logits give. Bound, for weight block w (amax a) and activation block x
+    (amax b, f16 rounding x~): |w - w^| <= a (1/254 + 2^-11) (ggml's Q8_0: d = a/127 rounded to
+    f16, q = rint(w 127/a)), |x~ - x^| <= b (0.6/127 + 2^-11), and each fold's float rounding
+    <= (n + 16) 2^-24 sum|w x|; per row the worst block of w stands for all of them.
+    """
+
+    _SLACK = 1.05
+
+    def __init__(self, f16_linear, n_rows):
+        from dasllama.kernels.actq import ACT_Q8_0, quantize_act
+        self.f16 = f16_linear.w.view(np.float16).reshape(f16_linear.n_rows, -1)
+        n_cols = self.f16.shape[1]
+        w = self.f16[:n_rows].astype(np.float32)
+        xq, xd = np.empty((n_rows, n_cols), np.int8), np.empty((n_rows, n_cols // 32), np.float32)
+        quantize_act(ACT_Q8_0, w, xq, xd, xd, w)
+        blocks = np.empty((n_rows, n_cols // 32, 34), np.uint8)
+        blocks[:, :, :2] = xd.astype(np.float16).view(np.uint8).reshape(n_rows, -1, 2)
+        blocks[:, :, 2:] = xq.view(np.uint8).reshape(n_rows, -1, 32)
+        self.q8 = KernelLinear(Q8_0, blocks, n_rows, n_cols)
+        wb = np.abs(w).reshape(n_rows, -1, 32)
+        err = wb.max(-1) * np.float32(1 / 254 + 2 ** -11)               # (rows, blocks)
+        self.w_err = err.max(1)
+        self.w_l1 = (wb.sum(-1) + 32 * err).max(1)
+        self.x_err = 0.6 / 127 + 2 ** -11 + 2 * (n_cols + 16) * 2.0 ** -24
+
+    def step(self, x, exact_rows):
+        """StepLogits of one hidden row x (1, n_cols): Q8_0 text rows, `exact_rows` (the
+        f16 logits of the rows past the Q8_0 ones, as (1, k))."""
+        xf = x[0]
+        x16 = np.abs(xf.astype(np.float16).astype(np.float32))
+        amax = np.abs(xf).reshape(-1, 32).max(-1)
+        margin = (self.w_err * x16.sum() + self.w_l1 * (amax.sum() * self.x_err)) * self._SLACK
+        row = np.concatenate([self.q8(x)[0], exact_rows[0]])
+        margin = np.concatenate([margin.astype(np.float32), np.zeros(exact_rows.shape[1], np.float32)])
+        return StepLogits(row, margin, lambda ids: KernelLinear(F16, self.f16[ids], len(ids), xf.size)(x)[0])
+
+
+class StepLogits:
+    """One decode step's logits `row`, each within `margin` of its exact (f16 kernel) value
+    (margin 0: exact already)."""
+
+    def __init__(self, row, margin, exact):
+        self.row, self.margin, self._exact = row, margin, exact
+
+    def refine(self, logits, upto):
+        """Make exact, in `logits` (a copy of row with some entries -inf), every finite entry
+        below `upto` that could be the largest of them: then the largest of them, its value
+        and its id are those of exact logits."""
+        seg, m = logits[:upto], self.margin[:upto]
+        live = np.isfinite(seg)
+        if not live.any():
+            return
+        floor = np.max(np.where(live, seg - m, -np.inf))
+        ids = np.flatnonzero(live & (m > 0) & (seg + m >= floor))
+        if ids.size:
+            exact = self._exact(ids)
+            seg[ids] = exact
+            self.row[ids] = exact
+            self.margin[ids] = 0
+
+
 def _f16(linear):
     """A float Linear as f16 for the matmul kernels (per-token products: half the bytes)."""
     return KernelLinear(F16, linear.w.astype(np.float16), *linear.w.shape, bias=linear.bias)
@@ -361,6 +428,13 @@ class WhisperModel:
         self.dec_pos = self._array("decoder.positional_embedding")      # (n_text_ctx, n_state)
         self.token_embd = self._array("decoder.token_embedding.weight")  # (n_vocab, n_state)
         self.logits_proj = self._logits_weight()                        # tied to the embedding
+        self._screen = None
+        if self.logits_proj.qtype == F16:
+            # text rows screened through Q8_0; timestamp rows (a contiguous tail) always f16
+            n_text = self.tokenizer.timestamp_begin
+            self._screen = Q8Screen(self.logits_proj, n_text)
+            tail = self.logits_proj.w.view(np.float16).reshape(self.logits_proj.n_rows, -1)[n_text:]
+            self._logits_tail = KernelLinear(F16, tail, *tail.shape)
         self.dec_blocks = [self._decoder_block(f"decoder.blocks.{i}")
                            for i in range(hp.n_text_layer)]
         self.dec_ln = self._norm("decoder.ln")
@@ -488,6 +562,20 @@ class WhisperModel:
         cache.n += n
         with _BLAS.limit(limits=self.n_threads, user_api="blas"):
             return self.logits_proj(layer_norm(x, *self.dec_ln))
+
+    def decode_step(self, token, cache, cross):
+        """StepLogits of one token following the cache (the cache grows): with an f16 output
+        projection, text rows from its Q8_0 screen, to be refined where a choice is made."""
+        if self._screen is None:
+            logits = self.decode([token], cache, cross)[0]
+            return StepLogits(logits, np.zeros_like(logits), None)
+        hp = self.hparams
+        if cache.n + 1 > hp.n_text_ctx:
+            raise ValueError(f"the decoder context of {hp.n_text_ctx} tokens is full")
+        with _BLAS.limit(limits=1, user_api="blas"):
+            x = layer_norm(self._decoder_layers([token], cache.n, cache, cross), *self.dec_ln)
+        cache.n += 1
+        return self._screen.step(x, self._logits_tail(x))
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
         hp = self.hparams

@@ -131,7 +131,9 @@ class LogitRules:
         self.max_initial = (None if max_initial_timestamp is None
                             else round(max_initial_timestamp / TIME_PRECISION))
 
-    def apply(self, logits, sampled):
+    def apply(self, logits, sampled, refine=None):
+        """refine(logits, upto): makes exact the entries below `upto` that could be the best
+        (StepLogits.refine), before the one rule that weighs values."""
         tok = self.tok
         ts_begin = tok.timestamp_begin
         if not sampled:
@@ -157,6 +159,8 @@ class LogitRules:
             logits[:ts_begin] = -np.inf          # the first token is a timestamp
             if self.max_initial is not None:
                 logits[ts_begin + self.max_initial + 1:] = -np.inf
+        if refine is not None:
+            refine(logits, ts_begin)
         logprobs = log_softmax(logits)
         ts_logprob = np.logaddexp.reduce(logprobs[ts_begin:])
         if ts_logprob > logprobs[:ts_begin].max():
@@ -223,11 +227,18 @@ def _copy_cache(cache):
 
 
 def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens, end_ts, steps):
-    """(tokens, sum of their log-probabilities, stopped at the end of the audio)."""
+    """(tokens, sum of their log-probabilities, stopped at the end of the audio).
+
+    After the first step the logits come screened (model.decode_step): each choice refines
+    the entries that could win, so it is the choice exact logits give; the log-probabilities
+    of the others (the normaliser) keep the screen's error, well under 1e-3."""
     tok = model.tokenizer
     tokens, sum_logprob = [], 0.0
+    refine = None
     for _ in range(max_tokens):
-        row = rules.apply(logits.astype(np.float32), tokens)
+        row = rules.apply(logits.astype(np.float32), tokens, refine)
+        if refine is not None:
+            refine(row, len(row))
         logprobs = log_softmax(row)
         if temperature == 0:
             nxt = int(row.argmax())
@@ -242,7 +253,8 @@ def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens, en
         tokens.append(nxt)
         if end_ts is not None and nxt >= end_ts:
             return tokens, sum_logprob, True
-        logits = model.decode([nxt], cache, cross)[-1]
+        step = model.decode_step(nxt, cache, cross)
+        logits, refine = step.row, step.refine
     return tokens, sum_logprob, False
 
 

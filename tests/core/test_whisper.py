@@ -202,6 +202,35 @@ def teacher_forced_gaps(model, samples, ref_tokens, opts):
     return gaps
 
 
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_screened_logits_choose_what_exact_logits_choose(tiny, name):
+    """Teacher-forced along our own transcript: every screened logit lies within its margin
+    of the f16 logit, and after the rules and refine the best id and its value are exact."""
+    tok = tiny.tokenizer
+    samples = clip(name)
+    opts = DecodeOptions(timestamps=True, language="en")
+    tokens = transcribe(tiny, samples, opts).tokens
+    cross = tiny.cross_kv(tiny.encode(tiny.log_mel(samples)[:, :N_FRAMES]))
+    exact_cache, cache = tiny.new_cache(), tiny.new_cache()
+    initial = tok.sot_sequence("en", "transcribe")
+    tiny.decode(initial, exact_cache, cross)
+    tiny.decode(initial, cache, cross)
+    rules = LogitRules(tiny, True, opts.max_initial_timestamp)
+    refined = 0
+    for i, token in enumerate(tokens):
+        exact = tiny.decode([token], exact_cache, cross)[-1]
+        step = tiny.decode_step(token, cache, cross)
+        assert np.all(np.abs(step.row - exact) <= step.margin)
+        assert np.any(step.margin > 0)
+        row = rules.apply(step.row.astype(np.float32), tokens[:i + 1], step.refine)
+        step.refine(row, len(row))
+        want = rules.apply(exact.astype(np.float32), tokens[:i + 1])
+        assert np.array_equal(np.isfinite(row), np.isfinite(want))
+        assert row.argmax() == want.argmax() and row.max() == want.max()
+        refined += int((step.margin == 0).sum())
+    assert refined > 0
+
+
 def assert_parity(model, bin_path, name, timestamps):
     samples = clip(name)
     opts = DecodeOptions(timestamps=timestamps, language="en")
