@@ -12,7 +12,8 @@ from numba import njit, prange
 
 from .actq import round_f16
 from .cpu import probe
-from .ir import f16_to_f32, f32_to_f16, fma_f32
+from .fa_tiles import outer_tile
+from .ir import bits_f32, f16_to_f32, f32_to_f16, fma_f32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -134,21 +135,34 @@ _EXP_C5, _EXP_C4, _EXP_C3, _EXP_C2, _EXP_C1 = (float.fromhex(h) for h in (
 
 
 @njit(cache=True, boundscheck=False, inline="always")
+def _pow2(e):
+    """2^e as float32 for integer-valued e in [-126, 127] (its exponent bits)."""
+    return bits_f32(np.uint32(np.int32(e) + np.int32(127)) << np.uint32(23))
+
+
+@njit(cache=True, boundscheck=False, inline="always")
 def v_expf(x):
     """ggml_v_expf of AVX-512 (vec.h), one lane: exp(x) from a degree-5 polynomial on
     x - n*ln2, scaled by 2^n (_mm512_scalef_ps); 0 / inf once |n| > 192. The AVX2 variant
-    differs only in that overflow handling (|n| > 126), outside SiLU's useful range."""
+    differs only in that overflow handling (|n| > 126), outside SiLU's useful range.
+    Branch-free, so loops over it vectorise: j * 2^n is one rounding of the exact product
+    either way, through 2^(n+100) * 2^-100 (2^(n-100) * 2^100) where 2^n is below (above)
+    float32's normals."""
     r = np.float32(_EXP_SHIFT)
     z = fma_f32(x, np.float32(_EXP_LOG2E), r)
     n = z - r
     b = fma_f32(-n, np.float32(_EXP_LN2_LO), fma_f32(-n, np.float32(_EXP_LN2_HI), x))
-    if abs(n) > np.float32(192.0):
-        return np.float32(0.0) if n <= np.float32(0.0) else np.float32(np.inf)
     u = b * b
     j = fma_f32(fma_f32(fma_f32(np.float32(_EXP_C5), b, np.float32(_EXP_C4)), u,
                         fma_f32(np.float32(_EXP_C3), b, np.float32(_EXP_C2))), u,
                 fma_f32(np.float32(_EXP_C1), b, np.float32(1.0)))
-    return np.float32(np.float64(j) * math.ldexp(1.0, int(n)))
+    nc = min(max(n, np.float32(-192.0)), np.float32(192.0))
+    normal = j * _pow2(min(max(nc, np.float32(-126.0)), np.float32(127.0)))
+    tiny = (j * _pow2(min(nc + np.float32(100.0), np.float32(127.0)))) * _pow2(np.float32(-100.0))
+    huge = (j * _pow2(max(nc - np.float32(100.0), np.float32(-126.0)))) * _pow2(np.float32(100.0))
+    y = tiny if nc < np.float32(-126.0) else (huge if nc > np.float32(127.0) else normal)
+    big = np.float32(0.0) if n <= np.float32(0.0) else np.float32(np.inf)
+    return big if abs(n) > np.float32(192.0) else y
 
 
 @njit(cache=True, boundscheck=False)
@@ -369,6 +383,32 @@ def _cache_to_f32_t(cache, n, off, width, dst):
             dst[d, j] = f16_to_f32(cache[j, off + d])
 
 
+_o14, _o24, _o34, _o44 = (outer_tile(r, 4) for r in (1, 2, 3, 4))
+_o11, _o21, _o31, _o41 = (outer_tile(r, 1) for r in (1, 2, 3, 4))
+
+
+@njit(cache=True, inline="always")
+def _outer(rows, width, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
+    """fa_tiles.outer_tile(rows, width) for rows 1..4, width 4 or 1 (16-lane vectors)."""
+    if width == 4:
+        if rows == 4:
+            _o44(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+        elif rows == 3:
+            _o34(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+        elif rows == 2:
+            _o24(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+        else:
+            _o14(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+    elif rows == 4:
+        _o41(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+    elif rows == 3:
+        _o31(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+    elif rows == 2:
+        _o21(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+    else:
+        _o11(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+
+
 @njit(cache=True, parallel=True, boundscheck=False)
 def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
                     scale, softcap, n_swa, out):
@@ -390,6 +430,8 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
         _cache_to_f32_t(kcache, n_kv, g * head_dim, head_dim, kf[g])
         _cache_to_f32(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
     n_blocks = (T + FA_ROWS - 1) // FA_ROWS
+    q_p, kf_p, vf_p = np.int64(q.ctypes.data), np.int64(kf.ctypes.data), np.int64(vf.ctypes.data)
+    qs = q.strides[0]
     for job in prange(n_head * n_blocks):
         h = job // n_blocks
         t0 = (job % n_blocks) * FA_ROWS
@@ -397,6 +439,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
         g = h // group
         kq = np.empty((FA_ROWS, FA_TILE_KV), np.float32)
         acc = np.zeros((FA_ROWS, head_dim_v), np.float32)
+        kq_p, acc_p, kq_rs = np.int64(kq.ctypes.data), np.int64(acc.ctypes.data), FA_TILE_KV * 4
         M = np.full(FA_ROWS, -np.inf, np.float32)
         S = np.zeros(FA_ROWS, np.float32)
         live = np.zeros(FA_ROWS, np.bool_)
@@ -405,11 +448,10 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
             lo0 = max(0, pos0 + t0 - n_swa + 1)
         for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
             kq[:, :] = 0.0
-            for d in range(head_dim):
-                for r in range(nr):
-                    qd = q[t0 + r, h * head_dim + d]
-                    for tk in range(FA_TILE_KV):
-                        kq[r, tk] = fma_f32(qd, kf[g, d, ic + tk], kq[r, tk])
+            k_tile = kf_p + (g * head_dim * kf.shape[2] + ic) * 4
+            for r in range(0, nr, 4):
+                _outer(min(4, nr - r), 4, q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4, k_tile,
+                       kf.shape[2] * 4, kq_p + r * kq_rs, kq_rs, head_dim)
             for r in range(nr):
                 p = pos0 + t0 + r
                 lo = 0
@@ -443,12 +485,25 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
                         kq[r, tk] = v_expf(kq[r, tk] - m_new)
                     total += np.float64(_reduce16(kq[r, c:c + 16]))
                 S[r] = np.float32(np.float64(S[r]) + total)
-            for tk in range(FA_TILE_KV):
-                for r in range(nr):
-                    if live[r]:
-                        w = kq[r, tk]
-                        for d in range(head_dim_v):
-                            acc[r, d] = fma_f32(w, vf[g, ic + tk, d], acc[r, d])
+            v_tile = vf_p + (g * vf.shape[1] + ic) * head_dim_v * 4
+            all_live = True
+            for r in range(nr):
+                all_live = all_live and live[r]
+            step = 4 if all_live else 1
+            for r in range(0, nr, step):
+                if not live[r]:
+                    continue
+                rows = min(step, nr - r)
+                for d0 in range(0, head_dim_v - head_dim_v % 64, 64):
+                    _outer(rows, 4, kq_p + r * kq_rs, kq_rs, 4, v_tile + d0 * 4, head_dim_v * 4,
+                           acc_p + (r * head_dim_v + d0) * 4, head_dim_v * 4, FA_TILE_KV)
+                for d0 in range(head_dim_v - head_dim_v % 64, head_dim_v - head_dim_v % 16, 16):
+                    _outer(rows, 1, kq_p + r * kq_rs, kq_rs, 4, v_tile + d0 * 4, head_dim_v * 4,
+                           acc_p + (r * head_dim_v + d0) * 4, head_dim_v * 4, FA_TILE_KV)
+                for rr in range(r, r + rows):
+                    for tk in range(FA_TILE_KV):
+                        for d in range(head_dim_v - head_dim_v % 16, head_dim_v):
+                            acc[rr, d] = fma_f32(kq[rr, tk], vf[g, ic + tk, d], acc[rr, d])
         for r in range(nr):
             inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
             for d in range(head_dim_v):

@@ -1,0 +1,73 @@
+"""Register tiles for the tiled flash attention (ops.attention_tiled): C[R, 16 W] += A[R, K] B[K, 16 W]
+with every element of C one fma chain over k in order, so the result is bit for bit the
+plain loop's (`for k: c = fma(a[r, k], b[k, j], c)`) while R x W accumulators of 16 lanes stay
+in registers for the whole k loop.
+
+Scores are A = queries (rows r, features k), B = the key tile transposed (features k, keys j);
+the weighted values are A = probabilities (rows r, keys k), B = the value tile (keys k,
+features j). numba alone keeps such accumulators in memory (one load and store per fma).
+"""
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .ir import F32T, I8, I64, V16F32, Gen
+from .simd import _loop
+
+_tiles = {}
+
+
+def outer_tile(rows, width):
+    """numba intrinsic tile(a, a_rs, a_ks, b, b_rs, c, c_rs, k): addresses as int64, strides
+    in bytes; C (rows x 16*width f32 at c) += A (rows x k at a, element (r, k) at
+    a + r*a_rs + k*a_ks) times B (k x 16*width at b, row k at b + k*b_rs)."""
+    key = (rows, width)
+    if key in _tiles:
+        return _tiles[key]
+    name = f"dasllama_outer_tile_{rows}x{width}"
+
+    def build_function(module):
+        fnty = ir.FunctionType(ir.VoidType(), [I64] * 8)
+        fn = cgutils.get_or_insert_function(module, fnty, name)
+        if not fn.is_declaration:
+            return fn
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        g = Gen(b)
+        a_addr, a_rs, a_ks, b_addr, b_rs, c_addr, c_rs, n_k = fn.args
+        a_p, b_p, c_p = (b.inttoptr(v, I8.as_pointer()) for v in (a_addr, b_addr, c_addr))
+        c_rows = [g.at(c_p, b.mul(g.c(I64, r), c_rs)) for r in range(rows)]
+        a_rows = [g.at(a_p, b.mul(g.c(I64, r), a_rs)) for r in range(rows)]
+        init = [g.load(c_rows[r], 64 * w, V16F32) for r in range(rows) for w in range(width)]
+
+        def step(k, acc):
+            b_row = g.at(b_p, b.mul(k, b_rs))
+            bv = [g.load(b_row, 64 * w, V16F32) for w in range(width)]
+            a_off = b.mul(k, a_ks)
+            av = [g.splat(g.load(a_rows[r], a_off, F32T), 16) for r in range(rows)]
+            return [g.fma(av[r], bv[w], acc[r * width + w]) for r in range(rows) for w in range(width)]
+
+        acc = _loop(g, g.c(I64, 0), n_k, init, step)
+        for r in range(rows):
+            for w in range(width):
+                ptr = b.bitcast(g.at(c_rows[r], 64 * w), V16F32.as_pointer())
+                b.store(acc[r * width + w], ptr).align = 1
+        b.ret_void()
+        return fn
+
+    @intrinsic
+    def tile(typingctx, a, a_rs, a_ks, bb, b_rs, c, c_rs, k):
+        sig = types.void(*([types.int64] * 8))
+
+        def codegen(context, builder, signature, args):
+            fn = build_function(builder.module)
+            builder.call(fn, [context.cast(builder, v, t, types.int64)
+                              for v, t in zip(args, signature.args)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    tile._set_uuid(f"dasllama.fa_tiles.{name}")   # stable across processes: see simd.py
+    _tiles[key] = tile
+    return tile
