@@ -179,8 +179,8 @@ def tts_clips():
     out = AUDIO / "tts"
     paths = {}
     for text in TTS_SENTENCES:
-        key = hashlib.sha256(f"{PIPER_RUNTIME}\n{quiet}\n{SHA256[voice_path.name]}\n{text}".encode())
-        paths[text] = out / f"joe-medium-{key.hexdigest()[:16]}.wav"
+        key = f"{PIPER_RUNTIME}\n{quiet}\n{SHA256[voice_path.name]}\n{text}"
+        paths[text] = out / f"joe-medium-{hashlib.sha256(key.encode()).hexdigest()[:16]}.wav"
     missing = [text for text, path in paths.items() if not path.exists()]
     if missing:
         voice = PiperVoice.load(voice_path)
