@@ -12,8 +12,9 @@ from numba import njit, prange
 
 from .actq import round_f16
 from .cpu import probe
+from .dots import hsum8
 from .fa_tiles import outer_tile
-from .ir import bits_f32, f16_to_f32, f32_to_f16, fma_f32
+from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -24,6 +25,9 @@ FA_TILE_Q = 64
 # f32 lanes of ggml's F16 vectors on this CPU: 16 with AVX-512 (GGML_F32Cx16), 8 with AVX2
 # (GGML_F32Cx8). Only K.Q's reduction depends on it; the element-wise f16 ops do not.
 F16_LANES = 16 if "avx512f" in probe().features else 8
+# ggml's float vector loops (ggml_v_expf, SwiGLU, soft_max) run 16 lanes wide with AVX-512
+# F and DQ, 8 (AVX2) otherwise
+EXP_LANES = 16 if {"avx512f", "avx512dq"} <= set(probe().features) else 8
 
 
 @njit(cache=True, boundscheck=False)
@@ -142,16 +146,31 @@ def _pow2(e):
 
 @njit(cache=True, boundscheck=False, inline="always")
 def v_expf(x):
-    """ggml_v_expf of AVX-512 (vec.h), one lane: exp(x) from a degree-5 polynomial on
-    x - n*ln2, scaled by 2^n (_mm512_scalef_ps); 0 / inf once |n| > 192. The AVX2 variant
-    differs only in that overflow handling (|n| > 126), outside SiLU's useful range.
-    Branch-free, so loops over it vectorise: j * 2^n is one rounding of the exact product
-    either way, through 2^(n+100) * 2^-100 (2^(n-100) * 2^100) where 2^n is below (above)
-    float32's normals."""
+    """ggml_v_expf (vec.h), one lane, as this CPU's build of ggml computes it: the AVX-512
+    form with 16-lane vectors (_v_expf_avx512), the AVX2 form otherwise (_v_expf_avx2)."""
+    if EXP_LANES == 16:
+        return _v_expf_avx512(x)
+    return _v_expf_avx2(x)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _exp_poly_arg(x):
+    """(z, n, b): x = n ln2 + b, n integral (rounded by the 1.5 * 2^23 shift into z), as ggml
+    splits it."""
     r = np.float32(_EXP_SHIFT)
     z = fma_f32(x, np.float32(_EXP_LOG2E), r)
     n = z - r
     b = fma_f32(-n, np.float32(_EXP_LN2_LO), fma_f32(-n, np.float32(_EXP_LN2_HI), x))
+    return z, n, b
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _v_expf_avx512(x):
+    """The AVX-512 ggml_v_expf: a degree-5 polynomial in b with its constant 1, scaled by 2^n
+    (_mm512_scalef_ps); 0 / inf once |n| > 192. Branch-free, so loops over it vectorise:
+    j * 2^n is one rounding of the exact product either way, through 2^(n+100) * 2^-100
+    (2^(n-100) * 2^100) where 2^n is below (above) float32's normals."""
+    z, n, b = _exp_poly_arg(x)
     u = b * b
     j = fma_f32(fma_f32(fma_f32(np.float32(_EXP_C5), b, np.float32(_EXP_C4)), u,
                         fma_f32(np.float32(_EXP_C3), b, np.float32(_EXP_C2))), u,
@@ -165,12 +184,33 @@ def v_expf(x):
     return big if abs(n) > np.float32(192.0) else y
 
 
+@njit(cache=True, boundscheck=False, inline="always")
+def _v_expf_avx2(x):
+    """The AVX2 ggml_v_expf: the polynomial without its constant (j), then k + j k with one
+    rounding, k = 2^n from z's low bits; for 126 < |n| <= 192 the scale split in two,
+    (s2 + j s2) * s1; beyond, s1 * s1 (0 or inf)."""
+    z, n, b = _exp_poly_arg(x)
+    u = b * b
+    j = fma_f32(fma_f32(fma_f32(np.float32(_EXP_C5), b, np.float32(_EXP_C4)), u,
+                        fma_f32(np.float32(_EXP_C3), b, np.float32(_EXP_C2))), u,
+                np.float32(_EXP_C1) * b)
+    e = f32_bits(z) << np.uint32(23)
+    k = bits_f32(e + np.uint32(0x3F800000))
+    g = np.uint32(0x82000000) if n <= np.float32(0.0) else np.uint32(0)
+    s1 = bits_f32(g + np.uint32(0x7F000000))
+    s2 = bits_f32(e - g)
+    an = abs(n)
+    mid = fma_f32(s2, j, s2) * s1
+    y = mid if an > np.float32(126.0) else fma_f32(j, k, k)
+    return s1 * s1 if an > np.float32(192.0) else y
+
+
 @njit(cache=True, boundscheck=False)
 def swiglu(gate, up, out):
-    """out = silu(gate) * up, as ggml_vec_swiglu_f32 on AVX-512: lanes of 16 through
-    ggml_v_silu (x / (1 + ggml_v_expf(-x))), the tail of n % 16 through expf. (T, n)."""
+    """out = silu(gate) * up, as ggml_vec_swiglu_f32: lanes of EXP_LANES through ggml_v_silu
+    (x / (1 + ggml_v_expf(-x))), the tail of n % EXP_LANES through expf. (T, n)."""
     T, n = gate.shape
-    n_vec = n - n % 16
+    n_vec = n - n % EXP_LANES
     for t in range(T):
         for i in range(n_vec):
             g = gate[t, i]
@@ -415,7 +455,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
     """ggml's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): f32 queries;
     keys in tiles of FA_TILE_KV from position 0; per tile and query row, scores by one fma
     chain over head_dim (simd_gemm), scaled, the running max, rescale by expf on a new max,
-    probabilities by ggml_v_expf with their sum in double per 16 lanes
+    probabilities by ggml_v_expf with their sum in double per EXP_LANES lanes
     (ggml_vec_soft_max_f32), then V accumulated by one fma chain over the tile's keys. Rows
     are independent; FA_ROWS of one head share each tile's loads."""
     T = q.shape[0]
@@ -480,10 +520,13 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
                     S[r] = S[r] * ms
                 M[r] = m_new
                 total = 0.0
-                for c in range(0, FA_TILE_KV, 16):
-                    for tk in range(c, c + 16):
+                for c in range(0, FA_TILE_KV, EXP_LANES):
+                    for tk in range(c, c + EXP_LANES):
                         kq[r, tk] = v_expf(kq[r, tk] - m_new)
-                    total += np.float64(_reduce16(kq[r, c:c + 16]))
+                    if EXP_LANES == 16:
+                        total += np.float64(_reduce16(kq[r, c:c + 16]))
+                    else:
+                        total += np.float64(hsum8(kq[r, c:c + 8]))
                 S[r] = np.float32(np.float64(S[r]) + total)
             v_tile = vf_p + (g * vf.shape[1] + ic) * head_dim_v * 4
             all_live = True
