@@ -190,3 +190,9 @@ def test_wide_tiles_on_any_host(qtype, plan):
     kernel(w, 19, x.shape[1], *bufs, 29, got)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
+
+def test_q5_0_copied_as_q8_0_multiplies_bit_for_bit_alike():
+    w, x = _case(Q.Q5_0, n_rows=19, n_tokens=9, seed=8)
+    ref, _ = _ref(Q.Q5_0, w, x)
+    got, _ = _ref(Q.Q8_0, Q.q5_0_as_q8_0(w), x)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
