@@ -2,7 +2,8 @@
 rows per call, looped over blocks in LLVM IR inside a numba @intrinsic.
 
 `emit_tile` wraps a format's block dot (blockdots.py) in the block loop with one accumulator
-per (row, token) pair; `emit_float_tile` does the same for F32/F16/BF16. `make_kernel` is the
+per (row, token) pair (with the formats of blockdots.WIDE_FMTS, one 512-bit accumulator per
+row and pair of tokens); `emit_float_tile` does the same for F32/F16/BF16. `make_kernel` is the
 template every variant comes from: prange over row tiles, token tiles inside, cache-sized
 token chunks outside. Tails: rows and tokens past the valid count re-read the last valid one
 and are not stored, so one tile function serves every shape.
