@@ -51,10 +51,13 @@ def _fvec(fbuf, ftab, layer, slot):
 
 
 @njit(cache=True)
-def _linear(wbuf, wtab, layer, slot, x, acts, out):
-    """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants."""
-    off, qtype, rows, cols = wtab[layer, slot, 0], wtab[layer, slot, 1], wtab[layer, slot, 2], wtab[layer, slot, 3]
+def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out):
+    """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
+    batches take the weight's prefill copy where it has one (same result, faster kernel)."""
     T = x.shape[0]
+    if T > 1 and ptab[layer, slot, 1] >= 0:
+        wbuf, wtab = pbuf, ptab
+    off, qtype, rows, cols = wtab[layer, slot, 0], wtab[layer, slot, 1], wtab[layer, slot, 2], wtab[layer, slot, 3]
     xq, xd, xa, xf = acts
     kind = act_kind(qtype)
     xq2 = _view(xq, T, cols)
@@ -94,10 +97,12 @@ def _trace(trace, name, layer, y):
 
 
 @njit(cache=True)
-def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq_base,
+def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa, layer_freq_base,
             kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace, n_threads):
     """Run tokens (T,) at positions pos0.. through the model; write logits of the last n_out.
 
+    pbuf, ptab: prefill copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab
+    (qtype -1: none), used for T > 1;
     kcache, vcache: (n_layer, n_ctx, n_head_kv*head_dim) uint16 f16 bits, filled at pos0..
     scratch: flat f32 buffers (x, xn, q, k, v, att, ao, gate, up, hid); acts: (xq, xd, xa, xf);
     logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty;
@@ -138,18 +143,18 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         _trace(trace, 0, il, xn)
         if wtab[il, W_QKV, 1] >= 0:
             qkv = _view(sgate, T, n_head * hd + n_head_kv * (hd + hdv))
-            _linear(wbuf, wtab, il, W_QKV, xn, acts, qkv)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_QKV, xn, acts, qkv)
             _add_bias(fbuf, ftab, il, F_BQKV, qkv)
             for t in range(T):
                 q[t, :] = qkv[t, :n_head * hd]
                 k[t, :] = qkv[t, n_head * hd:n_head * hd + n_head_kv * hd]
                 v[t, :] = qkv[t, n_head * hd + n_head_kv * hd:]
         else:
-            _linear(wbuf, wtab, il, W_Q, xn, acts, q)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_Q, xn, acts, q)
             _add_bias(fbuf, ftab, il, F_BQ, q)
-            _linear(wbuf, wtab, il, W_K, xn, acts, k)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_K, xn, acts, k)
             _add_bias(fbuf, ftab, il, F_BK, k)
-            _linear(wbuf, wtab, il, W_V, xn, acts, v)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_V, xn, acts, v)
             _add_bias(fbuf, ftab, il, F_BV, v)
         if ftab[il, F_Q_NORM, 1] > 0:
             rms_norm_heads(q, _fvec(fbuf, ftab, il, F_Q_NORM), eps, n_head, hd)
@@ -171,7 +176,7 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         attention(q, kcache[il], vcache[il], pos0, n_head, n_head_kv, hd, hdv,
                   hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att, n_threads)
         _trace(trace, 4, il, att)
-        _linear(wbuf, wtab, il, W_O, att, acts, ao)
+        _linear(wbuf, wtab, pbuf, ptab, il, W_O, att, acts, ao)
         if ftab[il, F_ATTN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab, il, F_ATTN_POST_NORM), eps, ao)
         _trace(trace, 5, il, ao)
@@ -191,11 +196,11 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
         rms_norm(x, _fvec(fbuf, ftab, il, F_FFN_NORM), eps, xn)
         _trace(trace, 7, il, xn)
         if wtab[il, W_GATE, 1] >= 0:
-            _linear(wbuf, wtab, il, W_GATE, xn, acts, gate)
-            _linear(wbuf, wtab, il, W_UP, xn, acts, up)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_GATE, xn, acts, gate)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_UP, xn, acts, up)
         else:
             gu = _view(shid, T, 2 * n_ff)     # phi3: ffn_up holds [gate; up]
-            _linear(wbuf, wtab, il, W_UP, xn, acts, gu)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_UP, xn, acts, gu)
             for t in range(T):
                 gate[t, :] = gu[t, :n_ff]
                 up[t, :] = gu[t, n_ff:]
@@ -203,7 +208,7 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
             geglu(gate, up, gelu_tab, hid)
         else:
             swiglu(gate, up, hid)
-        _linear(wbuf, wtab, il, W_DOWN, hid, acts, ao)
+        _linear(wbuf, wtab, pbuf, ptab, il, W_DOWN, hid, acts, ao)
         if ftab[il, F_FFN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab, il, F_FFN_POST_NORM), eps, ao)
         _trace(trace, 8, il, ao)
@@ -214,7 +219,7 @@ def forward(tokens, pos0, wbuf, wtab, fbuf, ftab, hp, hpf, layer_swa, layer_freq
     xo = _view(sxn, n_out, n_embd)
     rms_norm(last, _fvec(fbuf, ftab, gl, F_OUT_NORM), eps, xo)
     out = logits[:n_out]
-    _linear(wbuf, wtab, gl, W_OUT, xo, acts, out)
+    _linear(wbuf, wtab, pbuf, ptab, gl, W_OUT, xo, acts, out)
     cap = hpf[HF_FINAL_SOFTCAP]
     if cap != 0.0:
         c = np.float32(cap)

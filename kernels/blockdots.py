@@ -9,7 +9,7 @@ bit.
 """
 from llvmlite import ir
 
-from .ir import F32T, I32, I64, V8F32, V8I32, V16F32, V16I8, V16I16, V16I32, V32I8, vec
+from .ir import F32T, I8, I32, I64, V8F32, V8I32, V16F32, V16I8, V16I16, V16I32, V32I8, vec
 from .quants import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 
@@ -75,9 +75,13 @@ def _tok_q8(g, x, xd, xa, b, be):
 class Q8_0Fmt(_Lanes8):
     # scales are splatted once per row and per token; the per-pair product is then one
     # vector multiply, lane for lane the scalar dw*dx ggml broadcasts
+    def quants(self, g, p):
+        """The block's f16 scale as f32 and its 32 signed quants."""
+        return g.f16(p, 0), g.load(p, 2, V32I8)
+
     def row(self, g, p):
-        q = g.load(p, 2, V32I8)
-        return g.splat(g.f16(p, 0), 8), q, g.psign(q, q)
+        d, q = self.quants(g, p)
+        return g.splat(d, 8), q, g.psign(q, q)
 
     def tok(self, g, x, xd, xa, b):
         (q,), d = _tok_q8(g, x, xd, xa, b, 32)
@@ -90,9 +94,56 @@ class Q8_0Fmt(_Lanes8):
 
 
 class Q5_0Fmt(Q8_0Fmt):
-    def row(self, g, p):
+    def quants(self, g, p):
         q = g.b.sub(g.b.or_(g.nibbles(p, 6), g.bits32(g.load(p, 2, I32))), g.c(V32I8, 16))
-        return g.splat(g.f16(p, 0), 8), q, g.psign(q, q)
+        return g.f16(p, 0), q
+
+
+class _Wide8:
+    """A Q8_0/Q5_0 block dot on 512-bit vectors, two pairs per vector: lanes 0-7 are the
+    pair (r, t0), lanes 8-15 (r, t1), each lane ggml's (elements 4l..4l+3). One vpdpbusd
+    forms both pairs' int lanes: the tokens' quants offset to unsigned (x + 128, shared by the
+    tile's rows) against the row's quants twice, starting from -128*sum4(w) (itself one
+    vpdpbusd, shared by the tile's tokens), which leaves exactly sum4(x*w). The fold is then
+    ggml's, lane for lane: acc = fma(dw*dx, f32(lanes), acc), hsum8 of each half at the end."""
+
+    def __init__(self, fmt):
+        self.fmt = fmt
+
+    def row(self, g, p):
+        b = g.b
+        d, q = self.fmt.quants(g, p)
+        q2 = b.bitcast(g.shuffle(q, q, list(range(32)) * 2), V16I32)
+        offset = g.dpbusd512(g.c(V16I32, 0), g.c(V16I32, 0x80808080 - (1 << 32)), q2)
+        return g.splat(d, 16), q2, b.sub(g.c(V16I32, 0), offset)
+
+    def tok(self, g, x, xd, xa, b):
+        (q,), d = _tok_q8(g, x, xd, xa, b, 32)
+        return q, d
+
+    def init_tile(self, g, n_pairs):
+        assert n_pairs % 2 == 0
+        return [g.c(V16F32, 0.0)] * (n_pairs // 2)
+
+    def fold_tile(self, g, R, X, acc):
+        b = g.b
+        n_tp = len(X) // 2
+        new = list(acc)
+        for j in range(n_tp):
+            (q0, d0), (q1, d1) = X[2 * j], X[2 * j + 1]
+            u = b.bitcast(b.xor(g.shuffle(q0, q1, range(64)), g.c(vec(I8, 64), 0x80 - 256)), V16I32)
+            dx = g.shuffle(g.splat(d0, 8), g.splat(d1, 8), range(16))
+            for r, (dw, qw, start) in enumerate(R):
+                lanes = g.dpbusd512(start, u, qw)
+                k = r * n_tp + j
+                new[k] = g.fma(b.fmul(dw, dx), b.sitofp(lanes, V16F32), acc[k])
+        return new
+
+    def finish_tile(self, g, acc):
+        out = []
+        for v in acc:
+            out += [g.hsum8(g.shuffle(v, v, range(8))), g.hsum8(g.shuffle(v, v, range(8, 16)))]
+        return out
 
 
 class Q4_0Fmt(_Scalar):
@@ -453,3 +504,5 @@ Q2_KFmt.block_ints = _q2_k_block_ints
 # tokens take which): the repacked gemm, and the tiled K-quant matmul.
 GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(FMTS[Q2_K], 2)}
 TILED_FMTS = {q: _Tiled(FMTS[q]) for q in (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)}
+# The formats with a 512-bit two-pairs-per-vector tile (vpdpbusd on zmm; gemv fold only).
+WIDE_FMTS = {q: _Wide8(FMTS[q]) for q in (Q8_0, Q5_0)}

@@ -204,6 +204,18 @@ class Gen:
                              [self.c(V8I32, 0), self.b.bitcast(u, V8I32), self.b.bitcast(s, V8I32)])
         return self.maddwd(self.maddubs(u, s), self.c(V16I16, 1))
 
+    def dpbusd512(self, acc, u, s):
+        """acc + per lane the sum of 4 products u8 x s8 (<16 x i32> operands, wrapping like
+        vpdpbusd): that instruction on zmm, or without vnni the same sums in plain IR (which
+        lets a host without AVX-512 check the 512-bit tiles)."""
+        if self.vnni:
+            return self.intr("llvm.x86.avx512.vpdpbusd.512", V16I32, [acc, u, s])
+        b, v64 = self.b, vec(I32, 64)
+        prod = b.mul(b.zext(b.bitcast(u, vec(I8, 64)), v64), b.sext(b.bitcast(s, vec(I8, 64)), v64))
+        for k in range(4):
+            acc = b.add(acc, self.shuffle(prod, prod, range(k, 64, 4)))
+        return acc
+
     def lanes_signed(self, w, w_abs, x):
         return self.lanes(w_abs, self.psign(x, w))
 

@@ -2,7 +2,8 @@
 rows per call, looped over blocks in LLVM IR inside a numba @intrinsic.
 
 `emit_tile` wraps a format's block dot (blockdots.py) in the block loop with one accumulator
-per (row, token) pair; `emit_float_tile` does the same for F32/F16/BF16. `make_kernel` is the
+per (row, token) pair (with the formats of blockdots.WIDE_FMTS, one 512-bit accumulator per
+row and pair of tokens); `emit_float_tile` does the same for F32/F16/BF16. `make_kernel` is the
 template every variant comes from: prange over row tiles, token tiles inside, cache-sized
 token chunks outside. Tails: rows and tokens past the valid count re-read the last valid one
 and are not stored, so one tile function serves every shape.
@@ -15,7 +16,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS
+from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS, WIDE_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
@@ -176,22 +177,26 @@ def emit_float_tile(g, qtype, rows, tokens, args, gemm):
 _tiles = {}
 
 
-def tile_intrinsic(qtype, rows, tokens, vnni=False, path=PATH_VEC):
+def tile_intrinsic(qtype, rows, tokens, vnni=False, path=PATH_VEC, wide=False):
     """numba intrinsic tile(w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride,
     n_tok, n_blocks, out, out_stride): addresses as uint64/int64, strides in bytes.
     vnni: vpdpbusd lanes; path: the fold of llama.cpp's gemv/vec_dot (PATH_VEC), its gemm
     (PATH_GEMM: tinyBLAS for float weights, the repacked gemm for GEMM_FMTS) or its tiled
-    K-quant matmul (PATH_TILED)."""
-    key = (qtype, rows, tokens, vnni, path)
+    K-quant matmul (PATH_TILED); wide: the 512-bit tile of WIDE_FMTS (two token pairs per
+    vector, the gemv fold, even `tokens`)."""
+    key = (qtype, rows, tokens, vnni, path, wide)
     if key in _tiles:
         return _tiles[key]
     gemm = path == PATH_GEMM
-    if path == PATH_TILED:
+    if wide:
+        assert path == PATH_VEC and tokens % 2 == 0, "the wide tile is the gemv fold of token pairs"
+        fmt = WIDE_FMTS[qtype]
+    elif path == PATH_TILED:
         fmt = TILED_FMTS[qtype]
     else:
         fmt = GEMM_FMTS[qtype] if gemm and qtype in GEMM_FMTS else FMTS.get(qtype)
     suffix = {PATH_VEC: "", PATH_GEMM: "_gemm", PATH_TILED: "_tiled"}[path]
-    name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}{suffix}"
+    name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}{'_wide' if wide else ''}{suffix}"
 
     def build_function(module):
         fnty = ir.FunctionType(ir.VoidType(), [I64] * 13)
@@ -244,6 +249,11 @@ _K_PLANS = [("simd_r2t4", dict(rows=2, tokens=4, rows1=1)),
             ("simd_r4t4", dict(rows=4, tokens=4, rows1=1)),
             ("simd_r4t2", dict(rows=4, tokens=2, rows1=1)),
             ("simd_r1t4", dict(rows=1, tokens=4, rows1=1))]
+# Q8_0/Q5_0 with VNNI: 512-bit tiles, rows x tokens (tokens in pairs, one zmm per row and
+# token pair); the decode tile is the 256-bit vnni one
+_W_PLANS = [("simd_w_r4t6", dict(rows=4, tokens=6, rows1=1)),
+            ("simd_w_r3t8", dict(rows=3, tokens=8, rows1=1)),
+            ("simd_w_r2t8", dict(rows=2, tokens=8, rows1=1))]
 _F_PLANS = [("simd_r4t4", dict(rows=4, tokens=4, rows1=1)),
             ("simd_r2t6", dict(rows=2, tokens=6, rows1=1)),
             ("simd_r6t2", dict(rows=6, tokens=2, rows1=1))]
@@ -268,18 +278,19 @@ def variants(qtype):
     else:
         plans = _PLANS
         if HAS_VNNI:
-            plans = [(n + "_vnni", dict(p, vnni=True)) for n, p in _PLANS[:2]] + plans
+            wide = [(n, dict(p, vnni=True, wide=True)) for n, p in _W_PLANS] if qtype in WIDE_FMTS else []
+            plans = [(n + "_vnni", dict(p, vnni=True)) for n, p in _PLANS[:2]] + wide + plans
     return [(n, dict(engine="simd", **p)) for n, p in plans]
 
 
-def make_kernel(qtype, rows, tokens, rows1, vnni=False):
+def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
     """kernel(w, R, C, xq, xd, xa, xf, T, out): (rows x tokens) tiles over full token tiles,
     then the leftover tokens one at a time with (rows1 x 1) tiles (T=1 decode is all leftover).
     Where llama.cpp's batch path folds unlike its gemv (float weights under tinyBLAS, repacked
     Q4_K/Q2_K, the tiled K-quant matmul), the tokens dots.gemm_tokens names take that fold
     and the rest the gemv's; the main tiles then cover only the former."""
     is_float = qtype in (F16, BF16, F32)
-    main_vec = tile_intrinsic(qtype, rows, tokens, vnni)
+    main_vec = tile_intrinsic(qtype, rows, tokens, vnni, wide=wide)
     single = tile_intrinsic(qtype, rows1, 1, vnni)
     gemm = is_float or qtype in GEMM_FMTS
     main_gemm = tile_intrinsic(qtype, rows, tokens, vnni, PATH_GEMM) if gemm else main_vec

@@ -16,6 +16,7 @@ from dasllama.kernels import actq as A
 from dasllama.kernels import dots as D
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
+from dasllama.kernels import simd
 
 from .blocks import gguf_dequantize, random_weights
 
@@ -164,3 +165,34 @@ def test_k_quant_variants_on_llama_cpp_batch_paths(qtype, n_rows, n_tokens):
     if path != D.PATH_VEC and n_batch:   # the batch fold is not the gemv's on these tokens
         one = np.concatenate([M.matmul_f32(qtype, w, n_rows, x.shape[1], x[t:t + 1]) for t in range(n_batch)])
         assert not np.array_equal(one, ref[:n_batch])
+
+
+@pytest.mark.parametrize("qtype", [pytest.param(q, id=Q.type_name(q)) for q in (Q.Q8_0, Q.Q5_0)])
+@pytest.mark.parametrize("n_rows,n_tokens", [(19, 29), (8, 16)])
+def test_variants_on_full_token_tiles(qtype, n_rows, n_tokens):
+    # enough tokens that every tile shape (up to 12 tokens) runs full tiles and a tail
+    w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=7)
+    ref, _ = _ref(qtype, w, x)
+    for name, _ in M.VARIANTS[qtype]:
+        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+
+
+@pytest.mark.parametrize("qtype", [pytest.param(q, id=Q.type_name(q)) for q in (Q.Q8_0, Q.Q5_0)])
+@pytest.mark.parametrize("plan", [pytest.param(p, id=n) for n, p in simd._W_PLANS])
+def test_wide_tiles_on_any_host(qtype, plan):
+    # the 512-bit tiles are variants only with AVX-512 VNNI; elsewhere their vpdpbusd is
+    # spelt in plain IR, which still checks the offset trick and the fold bit for bit
+    w, x = _case(qtype, n_rows=19, n_tokens=29, seed=9)
+    ref, bufs = _ref(qtype, w, x)
+    got = np.full_like(ref, np.nan)
+    kernel = simd.make_kernel(qtype, vnni=simd.HAS_VNNI, wide=True, **plan)
+    kernel(w, 19, x.shape[1], *bufs, 29, got)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def test_q5_0_copied_as_q8_0_multiplies_bit_for_bit_alike():
+    w, x = _case(Q.Q5_0, n_rows=19, n_tokens=9, seed=8)
+    ref, _ = _ref(Q.Q5_0, w, x)
+    got, _ = _ref(Q.Q8_0, Q.q5_0_as_q8_0(w), x)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))

@@ -32,3 +32,12 @@ def test_row_bytes_matches_gguf_block_sizes():
     assert Q.row_bytes(Q.Q8_0, 640) == 20 * 34
     assert Q.row_bytes(Q.Q4_K, 2048) == 8 * 144
     assert Q.row_bytes(Q.F16, 10) == 20
+
+
+def test_q5_0_as_q8_0_keeps_every_value():
+    n_rows, n_cols = 4, 768
+    w = random_weights(Q.Q5_0, n_rows, n_cols, seed=2)
+    copy = Q.q5_0_as_q8_0(w)
+    assert copy.size == w.size // 22 * 34
+    np.testing.assert_array_equal(Q.dequantize(Q.Q8_0, copy, n_rows, n_cols),
+                                  Q.dequantize(Q.Q5_0, w, n_rows, n_cols))
