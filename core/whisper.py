@@ -24,6 +24,7 @@ from dasllama.kernels.attend import attend_f16, to_f16_bits
 from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel, softmax_rows
 from dasllama.kernels.matmul import matmul_f32
 from dasllama.kernels.quants import F16, Q8_0, SUPPORTED as KERNEL_TYPES
+from dasllama.kernels.screen import contenders, screen_margins
 
 from .defaults import cache_dir
 from .model import set_threads
@@ -262,20 +263,21 @@ class Q8Screen:
         self.q8 = KernelLinear(Q8_0, blocks, n_rows, n_cols)
         wb = np.abs(w).reshape(n_rows, -1, 32)
         err = wb.max(-1) * np.float32(1 / 254 + 2 ** -11)               # (rows, blocks)
-        self.w_err = err.max(1)
-        self.w_l1 = (wb.sum(-1) + 32 * err).max(1)
+        self.w_err = err.max(1).astype(np.float32)
+        self.w_l1 = (wb.sum(-1) + 32 * err).max(1).astype(np.float32)
         self.x_err = 0.6 / 127 + 2 ** -11 + 2 * (n_cols + 16) * 2.0 ** -24
 
-    def step(self, x, exact_rows):
-        """StepLogits of one hidden row x (1, n_cols): Q8_0 text rows, `exact_rows` (the
-        f16 logits of the rows past the Q8_0 ones, as (1, k))."""
-        xf = x[0]
-        x16 = np.abs(xf.astype(np.float16).astype(np.float32))
-        amax = np.abs(xf).reshape(-1, 32).max(-1)
-        margin = (self.w_err * x16.sum() + self.w_l1 * (amax.sum() * self.x_err)) * self._SLACK
-        row = np.concatenate([self.q8(x)[0], exact_rows[0]])
-        margin = np.concatenate([margin.astype(np.float32), np.zeros(exact_rows.shape[1], np.float32)])
-        return StepLogits(row, margin, lambda ids: KernelLinear(F16, self.f16[ids], len(ids), xf.size)(x)[0])
+    def step(self, x, tail):
+        """StepLogits of one hidden row x (1, n_cols): Q8_0 text rows, then the f16 logits of
+        the rows past them from `tail` (a KernelLinear)."""
+        n_text = self.w_err.size
+        row = np.empty(n_text + tail.n_rows, np.float32)
+        row[:n_text] = self.q8.product(x)[0]
+        row[n_text:] = tail.product(x)[0]
+        margin = np.zeros_like(row)
+        screen_margins(x[0], self.w_err, self.w_l1, np.float32(self.x_err),
+                       np.float32(self._SLACK), margin)
+        return StepLogits(row, margin, lambda ids: KernelLinear(F16, self.f16[ids], len(ids), x.shape[1]).product(x)[0])
 
 
 class StepLogits:
@@ -289,15 +291,10 @@ class StepLogits:
         """Make exact, in `logits` (a copy of row with some entries -inf), every finite entry
         below `upto` that could be the largest of them: then the largest of them, its value
         and its id are those of exact logits."""
-        seg, m = logits[:upto], self.margin[:upto]
-        live = np.isfinite(seg)
-        if not live.any():
-            return
-        floor = np.max(np.where(live, seg - m, -np.inf))
-        ids = np.flatnonzero(live & (m > 0) & (seg + m >= floor))
+        ids = contenders(logits[:upto], self.margin[:upto])
         if ids.size:
             exact = self._exact(ids)
-            seg[ids] = exact
+            logits[ids] = exact
             self.row[ids] = exact
             self.margin[ids] = 0
 
@@ -575,7 +572,7 @@ class WhisperModel:
         with _BLAS.limit(limits=1, user_api="blas"):
             x = layer_norm(self._decoder_layers([token], cache.n, cache, cross), *self.dec_ln)
         cache.n += 1
-        return self._screen.step(x, self._logits_tail(x))
+        return self._screen.step(x, self._logits_tail)
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
         hp = self.hparams

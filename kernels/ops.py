@@ -412,6 +412,7 @@ def _cache_to_f32(cache, n, off, width, dst):
 
 
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
+FA_R = 4          # query rows per register tile (R x 64 scores, R x 64 values in registers)
 FA_ROWS = 16      # query rows of one head that share a tile's loads (any size gives the same)
 
 
@@ -489,8 +490,8 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
         for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
             kq[:, :] = 0.0
             k_tile = kf_p + (g * head_dim * kf.shape[2] + ic) * 4
-            for r in range(0, nr, 4):
-                _outer(min(4, nr - r), 4, q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4, k_tile,
+            for r in range(0, nr, FA_R):
+                _outer(min(FA_R, nr - r), 4, q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4, k_tile,
                        kf.shape[2] * 4, kq_p + r * kq_rs, kq_rs, head_dim)
             for r in range(nr):
                 p = pos0 + t0 + r
@@ -532,7 +533,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
             all_live = True
             for r in range(nr):
                 all_live = all_live and live[r]
-            step = 4 if all_live else 1
+            step = FA_R if all_live else 1
             for r in range(0, nr, step):
                 if not live[r]:
                     continue

@@ -1,0 +1,48 @@
+"""The two per-step passes of a screened output projection (core.whisper.Q8Screen): each row's
+bound on its screened logit's error, and the rows whose bound reaches the best. numpy takes
+six passes over the vocabulary and as many temporaries for each; these take one or two."""
+import numpy as np
+from numba import njit
+
+from .actq import round_f16
+from .quants import JIT
+
+
+@njit(**JIT)
+def screen_margins(x, w_err, w_l1, x_err, slack, out):
+    """out[r] = (w_err[r] * sum|f16(x)| + w_l1[r] * x_err * sum of x's 32-block amaxes) * slack
+    for the rows of w_err; x (n,) f32."""
+    l1 = np.float32(0.0)
+    amax_sum = np.float32(0.0)
+    for b in range(x.size // 32):
+        amax = np.float32(0.0)
+        for i in range(32 * b, 32 * b + 32):
+            amax = max(amax, abs(x[i]))
+            l1 += abs(round_f16(x[i]))
+        amax_sum += amax
+    a = np.float32(l1 * slack)
+    c = np.float32(amax_sum * x_err * slack)
+    for r in range(w_err.size):
+        out[r] = w_err[r] * a + w_l1[r] * c
+
+
+@njit(**JIT)
+def contenders(seg, margin):
+    """Ids of the finite entries of seg (others are -inf) with margin > 0 that could be the
+    largest exactly: seg + margin >= max over finite entries of (seg - margin)."""
+    floor = -np.inf
+    for i in range(seg.size):
+        v = seg[i]
+        if v > -np.inf:
+            floor = max(floor, v - margin[i])
+    n = 0
+    for i in range(seg.size):
+        if seg[i] > -np.inf and margin[i] > 0 and seg[i] + margin[i] >= floor:
+            n += 1
+    ids = np.empty(n, np.int64)
+    n = 0
+    for i in range(seg.size):
+        if seg[i] > -np.inf and margin[i] > 0 and seg[i] + margin[i] >= floor:
+            ids[n] = i
+            n += 1
+    return ids
