@@ -11,7 +11,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from .encoder_ops import exp_nonpositive
+from .encoder_ops import exp_shifted
 from .ir import f16_to_f32, f32_to_f16
 from .quants import JIT
 
@@ -36,15 +36,7 @@ def attend_f16(q, k_t, v_t, n_keys, n_head, first, out):
             row = k_t[c0 + i, :nk]
             for j in range(nk):
                 s[j] += qi * f16_to_f32(row[j])
-        m = s[0]
-        for j in range(1, nk):
-            m = max(m, s[j])
-        total = np.float32(0.0)
-        for j in range(nk):
-            e = exp_nonpositive(s[j] - m)
-            s[j] = e
-            total += e
-        inv = np.float32(1.0) / total
+        inv = np.float32(1.0) / exp_shifted(s)
         for i in range(d):
             row = v_t[c0 + i, :nk]
             acc = np.float32(0.0)

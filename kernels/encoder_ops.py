@@ -74,23 +74,27 @@ def layer_norm(x, w, b, eps, out):
             dst[j] = (row[j] - mean) * inv * w[j] + b[j]
 
 
+@njit(**JIT, inline="always")
+def exp_shifted(row):
+    """row <- e^(row - max(row)) in place; returns the sum (the softmax's denominator)."""
+    m = row[0]
+    for j in range(1, row.size):
+        m = max(m, row[j])
+    total = np.float32(0.0)
+    for j in range(row.size):
+        e = exp_nonpositive(row[j] - m)
+        row[j] = e
+        total += e
+    return total
+
+
 @njit(**JIT, fastmath={"reassoc", "contract"})
 def softmax_rows(s, sums):
     """s (T, S) <- e^(s - rowmax) in place, sums (T,) <- each row's sum: the unnormalised
     softmax, in two passes instead of numpy's four. Single-threaded and without the GIL, for
     attention tiles that run on a thread pool beside their single-threaded BLAS."""
-    n_rows, n_cols = s.shape
-    for t in range(n_rows):
-        row = s[t]
-        m = row[0]
-        for j in range(1, n_cols):
-            m = max(m, row[j])
-        acc = np.float32(0.0)
-        for j in range(n_cols):
-            e = exp_nonpositive(row[j] - m)
-            row[j] = e
-            acc += e
-        sums[t] = acc
+    for t in range(s.shape[0]):
+        sums[t] = exp_shifted(s[t])
 
 
 @njit(**JIT, fastmath={"reassoc", "contract"})

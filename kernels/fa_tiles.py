@@ -7,12 +7,9 @@ Scores are A = queries (rows r, features k), B = the key tile transposed (featur
 the weighted values are A = probabilities (rows r, keys k), B = the value tile (keys k,
 features j). numba alone keeps such accumulators in memory (one load and store per fma).
 """
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ir import F32T, I8, I64, V16F32, Gen
+from .ir import F32T, I8, I64, V16F32, Gen, i64_call
 from .simd import _loop
 
 _tiles = {}
@@ -27,15 +24,9 @@ def outer_tile(rows, width):
         return _tiles[key]
     name = f"dasllama_outer_tile_{rows}x{width}"
 
-    def build_function(module):
-        fnty = ir.FunctionType(ir.VoidType(), [I64] * 8)
-        fn = cgutils.get_or_insert_function(module, fnty, name)
-        if not fn.is_declaration:
-            return fn
-        fn.linkage = "internal"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
+    def emit(b, args):
         g = Gen(b)
-        a_addr, a_rs, a_ks, b_addr, b_rs, c_addr, c_rs, n_k = fn.args
+        a_addr, a_rs, a_ks, b_addr, b_rs, c_addr, c_rs, n_k = args
         a_p, b_p, c_p = (b.inttoptr(v, I8.as_pointer()) for v in (a_addr, b_addr, c_addr))
         c_rows = [g.at(c_p, b.mul(g.c(I64, r), c_rs)) for r in range(rows)]
         a_rows = [g.at(a_p, b.mul(g.c(I64, r), a_rs)) for r in range(rows)]
@@ -53,20 +44,10 @@ def outer_tile(rows, width):
             for w in range(width):
                 ptr = b.bitcast(g.at(c_rows[r], 64 * w), V16F32.as_pointer())
                 b.store(acc[r * width + w], ptr).align = 1
-        b.ret_void()
-        return fn
 
     @intrinsic
     def tile(typingctx, a, a_rs, a_ks, bb, b_rs, c, c_rs, k):
-        sig = types.void(*([types.int64] * 8))
-
-        def codegen(context, builder, signature, args):
-            fn = build_function(builder.module)
-            builder.call(fn, [context.cast(builder, v, t, types.int64)
-                              for v, t in zip(args, signature.args)])
-            return context.get_dummy_value()
-
-        return sig, codegen
+        return i64_call(8, name, emit)
 
     tile._set_uuid(f"dasllama.fa_tiles.{name}")   # stable across processes: see simd.py
     _tiles[key] = tile

@@ -82,6 +82,29 @@ def f32_bits(typingctx, x):
     return sig, codegen
 
 
+def i64_call(n_args, name, emit):
+    """(signature, codegen) of an @intrinsic that calls the internal LLVM function `name`
+    (n_args i64 -> void), whose body emit(builder, args) writes once per module: the form of
+    every IR kernel here (addresses, strides and counts as int64)."""
+    sig = types.void(*([types.int64] * n_args))
+
+    def build_function(module):
+        fn = cgutils.get_or_insert_function(module, ir.FunctionType(ir.VoidType(), [I64] * n_args), name)
+        if fn.is_declaration:
+            fn.linkage = "internal"
+            builder = ir.IRBuilder(fn.append_basic_block("entry"))
+            emit(builder, list(fn.args))
+            builder.ret_void()
+        return fn
+
+    def codegen(context, builder, signature, args):
+        builder.call(build_function(builder.module),
+                     [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 class Gen:
     """IRBuilder plus the handful of vector idioms the block dots need.
 

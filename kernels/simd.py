@@ -11,13 +11,11 @@ and are not stored, so one tile function serves every shape.
 import llvmlite.binding as llvm
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
+from numba import njit
 from numba.extending import intrinsic
 
 from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS, WIDE_FMTS
-from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, vec
+from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, i64_call, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
 
@@ -198,36 +196,19 @@ def tile_intrinsic(qtype, rows, tokens, vnni=False, path=PATH_VEC, wide=False):
     suffix = {PATH_VEC: "", PATH_GEMM: "_gemm", PATH_TILED: "_tiled"}[path]
     name = f"dasllama_tile_{qtype}_{rows}x{tokens}{'_vnni' if vnni else ''}{'_wide' if wide else ''}{suffix}"
 
-    def build_function(module):
-        fnty = ir.FunctionType(ir.VoidType(), [I64] * 13)
-        fn = cgutils.get_or_insert_function(module, fnty, name)
-        if not fn.is_declaration:
-            return fn
-        fn.linkage = "internal"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
+    def emit(b, a):
         g = Gen(b, vnni)
-        a = list(fn.args)
         ptr = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 3, 5, 7, 11)]
         args = (ptr[0], a[1], a[2], ptr[1], a[4], ptr[2], a[6], ptr[3], a[8], a[9], a[10], ptr[4], a[12])
         if fmt is None:
             emit_float_tile(g, qtype, rows, tokens, args, gemm)
         else:
             emit_tile(g, fmt, qtype, rows, tokens, args)
-        b.ret_void()
-        return fn
 
     @intrinsic
     def tile(typingctx, w, row_stride, n_rows, x, x_stride, xd, xd_stride, xa, xa_stride, n_tok,
              n_blocks, out, out_stride):
-        sig = types.void(*([types.int64] * 13))
-
-        def codegen(context, builder, signature, args):
-            fn = build_function(builder.module)
-            builder.call(fn, [context.cast(builder, v, t, types.int64)
-                              for v, t in zip(args, signature.args)])
-            return context.get_dummy_value()
-
-        return sig, codegen
+        return i64_call(13, name, emit)
 
     # numba keys a closure's disk cache on its pickled cells: a random intrinsic uuid would
     # make every kernel that captures this tile miss the cache in each new process
