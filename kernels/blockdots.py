@@ -10,6 +10,7 @@ bit.
 from llvmlite import ir
 
 from .ir import F32T, I8, I32, I64, V8F32, V8I32, V16F32, V16I8, V16I16, V16I32, V32I8, vec
+from .dots import REPACK_Q2_K
 from .quants import Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 
 
@@ -375,6 +376,26 @@ class Q2_KFmt(_Scalar):
         return total, m8, b.fmul(dw, dx), b.fmul(dminw, dx)
 
 
+class Q2_KLanesFmt(_Lanes8, Q2_KFmt):
+    """Q2_K through ggml's vec_dot (not repacked, CPUs without AVX-512): per block the mins'
+    8 lanes (sub-blocks 2l and 2l+1, as pmaddwd pairs them) fold with -dx*dmin, then the
+    quants' lanes with dx*d, into one 8-lane accumulator."""
+
+    def pair(self, g, R, X, acc):
+        b = g.b
+        dw, dminw, scv, mins, groups = R
+        qx, dx, bsums = X
+        total = None
+        for j in range(8):
+            v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
+            total = v if total is None else b.add(total, v)
+        m16 = b.fmul(mins, bsums)                                           # exact
+        m8 = b.fadd(g.shuffle(m16, m16, range(0, 16, 2)), g.shuffle(m16, m16, range(1, 16, 2)))
+        dmin = b.fmul(b.fsub(g.c(F32T, -0.0), dx), dminw)
+        acc8 = g.fma(g.splat(dmin, 8), m8, acc[0])
+        return (g.fma(g.splat(b.fmul(dx, dw), 8), g.cvt(total), acc8), acc[1])
+
+
 class _ScalarChunks(_Scalar):
     """A _Scalar format as llama.cpp's repacked gemm folds it: per pair one fma per chunk of
     a block, ints and mins alike (ggml_gemm_q4_K_8x8_q8_K: 4 chunks of 64 elements,
@@ -499,10 +520,12 @@ Q4_KFmt.block_ints = Q5_KFmt.block_ints = _k4_block_ints
 Q6_KFmt.block_ints = _q6_k_block_ints
 Q3_KFmt.block_ints = _q3_k_block_ints
 Q2_KFmt.block_ints = _q2_k_block_ints
+if not REPACK_Q2_K:     # Q2_K's gemv is ggml's vec_dot, not the repacked one
+    FMTS[Q2_K] = Q2_KLanesFmt()
 
 # The formats whose batch paths fold unlike their gemv/vec_dot (dots.gemm_tokens says which
 # tokens take which): the repacked gemm, and the tiled K-quant matmul.
-GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(FMTS[Q2_K], 2)}
+GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(Q2_KFmt(), 2)}
 TILED_FMTS = {q: _Tiled(FMTS[q]) for q in (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)}
 # The formats with a 512-bit two-pairs-per-vector tile (vpdpbusd on zmm; gemv fold only).
 WIDE_FMTS = {q: _Wide8(FMTS[q]) for q in (Q8_0, Q5_0)}

@@ -3,7 +3,10 @@
 Every integer sum is exact, so what decides the float result is how ggml folds the block
 sums into floats. On x86 (AVX2 and up) llama.cpp 0c1e570 does one of three things:
 
-* LANES8 (vec_dot for Q8_0, Q5_0, Q4_1, Q5_1, Q3_K, Q5_K, Q6_K): the int products of each
+* LANES8 (vec_dot for Q8_0, Q5_0, Q4_1, Q5_1, Q3_K, Q5_K, Q6_K, and Q2_K where it is not
+  repacked, i.e. without AVX-512: its mins' products summed by lane pairs of sub-blocks
+  (pmaddwd) fold into the same 8 lanes first, `acc8 = fma(-dx*dmin, mins8, acc8)`, then the
+  scaled quants' as below): the int products of each
   32-element group go into 8 int32 lanes, lane l holding elements 4l..4l+3 (pmaddubsw +
   pmaddwd); per block `acc8 = fma(d, float(lanes), acc8)`; at the end `hsum8(acc8)` in the
   order of hsum_float_8, plus a scalar fma-accumulated min term for Q4_1/Q5_1/Q5_K.
@@ -54,7 +57,7 @@ TILED_MIN_TOKENS = 8      # ggml_tiled_min_batch
 
 @njit(**JIT)
 def fold_of(qtype):
-    if qtype == Q4_0 or qtype == Q4_K or qtype == Q2_K:
+    if qtype == Q4_0 or qtype == Q4_K or (qtype == Q2_K and REPACK_Q2_K):
         return FOLD_SCALAR
     if qtype == F32 or qtype == F16 or qtype == BF16:
         return FOLD_FLOAT
@@ -134,7 +137,7 @@ def _min_dot(qtype, w, p, bsums, g0, e0=0, e1=256):
 
 @njit(**JIT)
 def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
-    be = 256 if qtype == Q3_K or qtype == Q5_K or qtype == Q6_K else 32
+    be = 256 if qtype == Q2_K or qtype == Q3_K or qtype == Q5_K or qtype == Q6_K else 32
     bb = BLOCK_BYTES[qtype]
     acc = np.zeros(8, np.float32)
     lanes = np.zeros(8, np.int32)
@@ -154,6 +157,13 @@ def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
         elif qtype == Q4_1 or qtype == Q5_1:
             d = f16_at(w, p) * xd[b]
             summs = fma_f32(f16_at(w, p + 2), xa[b], summs)
+        elif qtype == Q2_K:  # not repacked: the mins' lane pairs fold first, into the same lanes
+            d = xd[b] * f16_at(w, p + 80)
+            dmin = -xd[b] * f16_at(w, p + 82)
+            for l in range(8):
+                m = (np.int32(w[p + 2 * l] >> 4) * np.int32(xa[16 * b + 2 * l])
+                     + np.int32(w[p + 2 * l + 1] >> 4) * np.int32(xa[16 * b + 2 * l + 1]))
+                acc[l] = fma_f32(dmin, np.float32(m), acc[l])
         elif qtype == Q3_K:
             d = xd[b] * f16_at(w, p + 108)
         elif qtype == Q5_K:
