@@ -6,7 +6,11 @@ formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`)
 matrix work is float32 numpy (BLAS), weights widened to float32 at load (or, with
 encoder_qtype, quantized for dasllama's matmul kernels). The decoder's per-token matrices are
 f16 for those kernels, as whisper.cpp keeps them: each decode step reads them all, so their
-bytes set the step time, and the kernels round activations to f16 as ggml does.
+bytes set the step time, and the kernels round activations to f16 as ggml does. Two things
+cut those bytes without changing a choice: the keys and values are f16 (whisper.cpp's cache
+types) and attended by one numba pass per head (kernels.attend), and the output projection's
+text rows are read as a Q8_0 copy whose error is bounded per row, the rows that could win
+recomputed from f16 (Q8Screen, StepLogits.refine).
 """
 import json
 import time
