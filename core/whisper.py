@@ -26,11 +26,11 @@ from threadpoolctl import ThreadpoolController
 from dasllama.formats import ct2, whisper_ggml
 from dasllama.kernels.attend import attend_f16, to_f16_bits
 from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel, softmax_rows
-from dasllama.kernels.matmul import matmul_f32
-from dasllama.kernels.quants import F16, Q8_0, SUPPORTED as KERNEL_TYPES
-from dasllama.kernels.screen import contenders, screen_margins
+from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
 from .defaults import cache_dir
+from .linear import KernelLinear, Linear, f16_linear
+from .whisper_screen import Q8Screen, StepLogits
 from .model import set_threads
 from .whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
 
@@ -191,121 +191,6 @@ def mel_filters(n_mels, sample_rate=SAMPLE_RATE, n_fft=N_FFT):
     weights = np.maximum(0, np.minimum(lower, upper)).astype(np.float32)
     enorm = 2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels])
     return (weights * enorm[:, None]).astype(np.float32)     # (n_mels, 1 + n_fft/2)
-
-
-class Linear:
-    """y = x W^T + b, W (n_rows, n_cols) held as float32 for BLAS."""
-
-    def __init__(self, w, bias=None):
-        self.w = np.ascontiguousarray(w, np.float32)
-        self.bias = None if bias is None else np.asarray(bias, np.float32)
-
-    def product(self, x):                                # (T, n_cols) -> (T, n_rows)
-        """x W^T without the bias."""
-        return x @ self.w.T
-
-    def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
-        y = self.product(x)
-        if self.bias is not None:
-            y += self.bias
-        return y
-
-    def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
-        """(x W^T + b)^T, computed as W x^T: rows of the result are output features, so a
-        head's slice of them is contiguous (no split copies for attention)."""
-        y = self.w @ x.T
-        if self.bias is not None:
-            y += self.bias[:, None]
-        return y
-
-
-class KernelLinear(Linear):
-    """y = x W^T + b for W in a ggml type, through dasllama's matmul kernels (numba threads)."""
-
-    def __init__(self, qtype, w, n_rows, n_cols, bias=None):
-        self.qtype, self.n_rows, self.n_cols = int(qtype), n_rows, n_cols
-        self.w = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
-        self.bias = None if bias is None else np.asarray(bias, np.float32)
-
-    @classmethod
-    def quantized(cls, linear, qtype):
-        """A float Linear with its weight quantized to `qtype` (gguf's reference quantizer)."""
-        return cls(qtype, quantize(linear.w, qtype), *linear.w.shape, bias=linear.bias)
-
-    def product(self, x):                                # (T, n_cols) -> (T, n_rows)
-        """x W^T without the bias."""
-        return matmul_f32(self.qtype, self.w, self.n_rows, self.n_cols, x)
-
-    def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
-        return np.ascontiguousarray(self(x).T)
-
-
-class Q8Screen:
-    """The text rows of an f16 output projection kept also as Q8_0 (53 % of the bytes), with a
-    bound per row on how far a Q8_0 logit may lie from the f16 kernel's value.
-
-    A decode step reads the Q8_0 rows (`step`); the rows whose bound reaches the best are then
-    recomputed from f16 (StepLogits.refine), so every choice the decoder makes from the logits
-    is the one the f16 logits give. Bound, for weight block w (amax a) and activation block x
-    (amax b, f16 rounding x~): |w - w^| <= a (1/254 + 2^-11) (ggml's Q8_0: d = a/127 rounded to
-    f16, q = rint(w 127/a)), |x~ - x^| <= b (0.6/127 + 2^-11), and each fold's float rounding
-    <= (n + 16) 2^-24 sum|w x|; per row the worst block of w stands for all of them.
-    """
-
-    _SLACK = 1.05
-
-    def __init__(self, f16_linear, n_rows):
-        from dasllama.kernels.actq import ACT_Q8_0, quantize_act
-        self.f16 = f16_linear.w.view(np.float16).reshape(f16_linear.n_rows, -1)
-        n_cols = self.f16.shape[1]
-        w = self.f16[:n_rows].astype(np.float32)
-        xq, xd = np.empty((n_rows, n_cols), np.int8), np.empty((n_rows, n_cols // 32), np.float32)
-        quantize_act(ACT_Q8_0, w, xq, xd, xd, w)
-        blocks = np.empty((n_rows, n_cols // 32, 34), np.uint8)
-        blocks[:, :, :2] = xd.astype(np.float16).view(np.uint8).reshape(n_rows, -1, 2)
-        blocks[:, :, 2:] = xq.view(np.uint8).reshape(n_rows, -1, 32)
-        self.q8 = KernelLinear(Q8_0, blocks, n_rows, n_cols)
-        wb = np.abs(w).reshape(n_rows, -1, 32)
-        err = wb.max(-1) * np.float32(1 / 254 + 2 ** -11)               # (rows, blocks)
-        self.w_err = err.max(1).astype(np.float32)
-        self.w_l1 = (wb.sum(-1) + 32 * err).max(1).astype(np.float32)
-        self.x_err = 0.6 / 127 + 2 ** -11 + 2 * (n_cols + 16) * 2.0 ** -24
-
-    def step(self, x, tail):
-        """StepLogits of one hidden row x (1, n_cols): Q8_0 text rows, then the f16 logits of
-        the rows past them from `tail` (a KernelLinear)."""
-        n_text = self.w_err.size
-        row = np.empty(n_text + tail.n_rows, np.float32)
-        row[:n_text] = self.q8.product(x)[0]
-        row[n_text:] = tail.product(x)[0]
-        margin = np.zeros_like(row)
-        screen_margins(x[0], self.w_err, self.w_l1, np.float32(self.x_err),
-                       np.float32(self._SLACK), margin)
-        return StepLogits(row, margin, lambda ids: KernelLinear(F16, self.f16[ids], len(ids), x.shape[1]).product(x)[0])
-
-
-class StepLogits:
-    """One decode step's logits `row`, each within `margin` of its exact (f16 kernel) value
-    (margin 0: exact already)."""
-
-    def __init__(self, row, margin, exact):
-        self.row, self.margin, self._exact = row, margin, exact
-
-    def refine(self, logits, upto):
-        """Make exact, in `logits` (a copy of row with some entries -inf), every finite entry
-        below `upto` that could be the largest of them: then the largest of them, its value
-        and its id are those of exact logits."""
-        ids = contenders(logits[:upto], self.margin[:upto])
-        if ids.size:
-            exact = self._exact(ids)
-            logits[ids] = exact
-            self.row[ids] = exact
-            self.margin[ids] = 0
-
-
-def _f16(linear):
-    """A float Linear as f16 for the matmul kernels (per-token products: half the bytes)."""
-    return KernelLinear(F16, linear.w.astype(np.float16), *linear.w.shape, bias=linear.bias)
 
 
 def _is_ct2(path):
@@ -476,14 +361,14 @@ class WhisperModel:
         """Self-attention's q|k|v in one product (one decode step: one call, not three);
         cross-attention's k|v likewise, computed once per window."""
         a, c = f"{prefix}.attn", f"{prefix}.cross_attn"
-        block = self._block(prefix, {"qkv": _f16(self._fused(a, ("query", "key", "value"))),
-                                     "out": _f16(self._linear(f"{a}.out"))})
+        block = self._block(prefix, {"qkv": f16_linear(self._fused(a, ("query", "key", "value"))),
+                                     "out": f16_linear(self._linear(f"{a}.out"))})
         for k in ("mlp_0", "mlp_2"):
-            block[k] = _f16(block[k])
+            block[k] = f16_linear(block[k])
         block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
-        block["cross"] = {"q": _f16(self._linear(f"{c}.query")),
+        block["cross"] = {"q": f16_linear(self._linear(f"{c}.query")),
                           "kv": self._fused(c, ("key", "value")),       # float32: an sgemm
-                          "out": _f16(self._linear(f"{c}.out"))}
+                          "out": f16_linear(self._linear(f"{c}.out"))}
         return block
 
     def _fused(self, prefix, parts, query_scale=1.0):
