@@ -363,14 +363,21 @@ class Q2_KFmt(_Scalar):
     def tok(self, g, x, xd, xa, b):
         return _tok_q8k(g, x, xd, xa, b)
 
-    def parts(self, g, R, X):
-        b = g.b
-        dw, dminw, scv, mins, groups = R
-        qx, dx, bsums = X
+    def int_lanes(self, g, R, X):
+        """The 8 int32 lanes of the scaled quants' products over the block."""
+        _, _, scv, _, groups = R
+        qx = X[0]
         total = None
         for j in range(8):
             v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
-            total = v if total is None else b.add(total, v)
+            total = v if total is None else g.b.add(total, v)
+        return total
+
+    def parts(self, g, R, X):
+        b = g.b
+        dw, dminw, _, mins, _ = R
+        _, dx, bsums = X
+        total = self.int_lanes(g, R, X)
         m16 = b.fmul(mins, bsums)
         m8 = b.fadd(g.shuffle(m16, m16, range(8)), g.shuffle(m16, m16, range(8, 16)))  # exact
         return total, m8, b.fmul(dw, dx), b.fmul(dminw, dx)
@@ -383,12 +390,9 @@ class Q2_KLanesFmt(_Lanes8, Q2_KFmt):
 
     def pair(self, g, R, X, acc):
         b = g.b
-        dw, dminw, scv, mins, groups = R
-        qx, dx, bsums = X
-        total = None
-        for j in range(8):
-            v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
-            total = v if total is None else b.add(total, v)
+        dw, dminw, _, mins, _ = R
+        _, dx, bsums = X
+        total = self.int_lanes(g, R, X)
         m16 = b.fmul(mins, bsums)                                           # exact
         m8 = b.fadd(g.shuffle(m16, m16, range(0, 16, 2)), g.shuffle(m16, m16, range(1, 16, 2)))
         dmin = b.fmul(b.fsub(g.c(F32T, -0.0), dx), dminw)
