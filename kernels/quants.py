@@ -253,12 +253,16 @@ def q5_0_as_q8_0(blocks):
     f16 scale and qs = the 5-bit quants minus 16. Both dot with Q8_0 activations through the
     same int lanes and the same fold, so a matmul on the copy is bit for bit one on the
     original; only the bytes streamed differ."""
-    q5 = blocks.reshape(-1, int(BLOCK_BYTES[Q5_0]))
-    qh = q5[:, 2:6].copy().view(np.uint32)                          # (n, 1)
-    high = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4   # (n, 32)
-    nib = q5[:, 6:22]
-    low = np.concatenate([nib & 0xF, nib >> 4], axis=1)              # (n, 32) element order
-    q8 = np.empty((q5.shape[0], int(BLOCK_BYTES[Q8_0])), np.uint8)
-    q8[:, :2] = q5[:, :2]
-    q8[:, 2:] = ((low | high).astype(np.int16) - 16).astype(np.int8).view(np.uint8)
-    return q8.reshape(-1)
+    src = np.ascontiguousarray(blocks).reshape(-1)
+    out = np.empty(src.size // int(BLOCK_BYTES[Q5_0]) * int(BLOCK_BYTES[Q8_0]), np.uint8)
+    _q5_0_as_q8_0(src, out)
+    return out
+
+
+@njit(**JIT)
+def _q5_0_as_q8_0(src, out):
+    for blk in range(src.size // 22):
+        p, o = 22 * blk, 34 * blk
+        out[o], out[o + 1] = src[p], src[p + 1]
+        for e in range(32):
+            out[o + 2 + e] = np.uint8(q_q5_0(src, p, e) & 0xFF)
