@@ -230,8 +230,10 @@ def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens, en
     """(tokens, sum of their log-probabilities, stopped at the end of the audio).
 
     After the first step the logits come screened (model.decode_step): each choice refines
-    the entries that could win, so it is the choice exact logits give; the log-probabilities
-    of the others (the normaliser) keep the screen's error, well under 1e-3."""
+    the entries that could win, so it is the choice exact logits give. The normaliser of the
+    log-probabilities (temperature fallback's average, no-speech aside) still sums the
+    unrefined entries' screened values: those lie over two margins below the best, so their
+    share is small, but it is not exact (not measured)."""
     tok = model.tokenizer
     tokens, sum_logprob = [], 0.0
     refine = None
