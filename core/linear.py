@@ -1,5 +1,12 @@
 """Linear layers over float32 weights (BLAS) or ggml-typed ones (dasllama's matmul kernels), for
-the Whisper encoder and decoder."""
+the Whisper encoder and decoder.
+
+Float products run as single-threaded sgemms, one per block of rows, on the caller's thread
+pool (`rows_matmul`), never on OpenBLAS's own threads: those spin for a while after each call,
+and on 2 cores the spinning thread takes a core from whatever runs next (the attention tiles on
+the pool, numba's threads), which cost a third of the encoder's attention time."""
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from gguf.quants import quantize
 
@@ -7,16 +14,46 @@ from dasllama.kernels.matmul import matmul_f32
 from dasllama.kernels.quants import F16
 
 
-class Linear:
-    """y = x W^T + b, W (n_rows, n_cols) held as float32 for BLAS."""
+MIN_ROWS = 32        # rows per pool job below which one sgemm on the calling thread is faster
 
-    def __init__(self, w, bias=None):
+
+class RowPool(ThreadPoolExecutor):
+    """The threads that share out float products and attention tiles, n_threads of them."""
+
+    def __init__(self, n_threads):
+        super().__init__(n_threads)
+        self.n_threads = n_threads
+
+
+def rows_matmul(a, b, pool=None):
+    """a @ b as sgemms over blocks of a's rows on `pool` (a RowPool; None: one call), each
+    into its slice of one output. Run it with BLAS limited to one thread."""
+    n_jobs = 1 if pool is None else min(pool.n_threads, len(a) // MIN_ROWS)
+    if n_jobs <= 1:
+        return a @ b
+    out = np.empty((len(a), b.shape[1]), np.result_type(a, b))
+    bounds = np.linspace(0, len(a), n_jobs + 1).astype(int)
+
+    def part(i):
+        r0, r1 = bounds[i], bounds[i + 1]
+        np.matmul(a[r0:r1], b, out=out[r0:r1])
+
+    list(pool.map(part, range(n_jobs)))
+    return out
+
+
+class Linear:
+    """y = x W^T + b, W (n_rows, n_cols) held as float32 for BLAS; products over `pool`
+    (rows_matmul) when given."""
+
+    def __init__(self, w, bias=None, pool=None):
         self.w = np.ascontiguousarray(w, np.float32)
         self.bias = None if bias is None else np.asarray(bias, np.float32)
+        self.pool = pool
 
     def product(self, x):                                # (T, n_cols) -> (T, n_rows)
         """x W^T without the bias."""
-        return x @ self.w.T
+        return rows_matmul(x, self.w.T, self.pool)
 
     def __call__(self, x):                               # (T, n_cols) -> (T, n_rows)
         y = self.product(x)
@@ -27,7 +64,7 @@ class Linear:
     def transposed(self, x):                             # (T, n_cols) -> (n_rows, T)
         """(x W^T + b)^T, computed as W x^T: rows of the result are output features, so a
         head's slice of them is contiguous (no split copies for attention)."""
-        y = self.w @ x.T
+        y = rows_matmul(self.w, x.T, self.pool)
         if self.bias is not None:
             y += self.bias[:, None]
         return y

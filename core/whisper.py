@@ -14,7 +14,6 @@ recomputed from f16 (Q8Screen, StepLogits.refine).
 """
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_ker
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
 from .defaults import cache_dir
-from .linear import KernelLinear, Linear, f16_linear
+from .linear import KernelLinear, Linear, RowPool, f16_linear, rows_matmul
 from .whisper_screen import Q8Screen, StepLogits
 from .model import set_threads
 from .whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
@@ -227,7 +226,7 @@ class WhisperModel:
         self.encoder_qtype = encoder_qtype
         t0 = time.perf_counter()
         self.n_threads = set_threads(n_threads)
-        self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
+        self._pool = RowPool(self.n_threads) if self.n_threads > 1 else None
         path = Path(path)
         if not path.exists():
             raise WhisperModelError(f"{path}: no such file or directory; pass a whisper.cpp "
@@ -301,7 +300,8 @@ class WhisperModel:
         return np.asarray(t.data, np.float32)
 
     def _linear(self, name, bias=True):
-        return Linear(self._array(name + ".weight"), self._array(name + ".bias") if bias else None)
+        return Linear(self._array(name + ".weight"), self._array(name + ".bias") if bias else None,
+                      self._pool)
 
     def _build(self):
         hp = self.hparams
@@ -382,7 +382,7 @@ class WhisperModel:
             scale = np.float32(query_scale if part == "query" else 1.0)
             weights.append(w * scale)
             biases.append(b * scale)
-        return Linear(np.concatenate(weights), np.concatenate(biases))
+        return Linear(np.concatenate(weights), np.concatenate(biases), self._pool)
 
     # -- front end ---------------------------------------------------------------------------
     def log_mel(self, samples):
@@ -391,13 +391,13 @@ class WhisperModel:
     # -- encoder -----------------------------------------------------------------------------
     def encode(self, mel_window):
         """Encoder states (n_audio_ctx, n_state) of one (n_mels, N_FRAMES) log-mel window."""
-        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
+        with _BLAS.limit(limits=1, user_api="blas"):
             return self._encode(mel_window)
 
     def _encode(self, mel_window):
         x = np.ascontiguousarray(mel_window.T, np.float32)                   # (3000, n_mels)
         for (w, b), stride in zip(self.conv, (1, 2)):
-            x = conv1d(x, w, stride)
+            x = conv1d(x, w, stride, self._pool)
             bias_gelu(x, b)
         x += self.enc_pos[:x.shape[0]]                                        # (1500, n_state)
         n_head = self.hparams.n_audio_head
@@ -409,8 +409,7 @@ class WhisperModel:
 
     def self_attention(self, attn, h, n_head):
         qkv_t = attn["qkv"].transposed(h)                                   # (3 n_state, T)
-        with _BLAS.limit(limits=1, user_api="blas"):
-            o = encoder_attention(qkv_t, n_head, pool=self._pool)            # (T, n_state)
+        o = encoder_attention(qkv_t, n_head, pool=self._pool)                # (T, n_state)
         return attn["out"](o)
 
     def mlp(self, block, x):
@@ -425,7 +424,7 @@ class WhisperModel:
         """Per decoder layer, the cross-attention keys and values of a window (once per window),
         each transposed (n_text_state, n_audio_ctx), rounded to f16 as whisper.cpp's kv_cross
         holds them."""
-        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
+        with _BLAS.limit(limits=1, user_api="blas"):
             n = self.hparams.n_text_state
             cross = []
             for b in self.dec_blocks:
@@ -436,8 +435,9 @@ class WhisperModel:
     def new_cache(self):
         return DecoderCache(self.hparams)
 
-    def decode(self, tokens, cache, cross):
-        """Logits (n_tokens, n_vocab) for `tokens` following the cache; the cache grows."""
+    def decode(self, tokens, cache, cross, rows=None):
+        """Logits (n_tokens, n_vocab) for `tokens` following the cache, or only those of the
+        positions `rows` (a list of indices into tokens); the cache grows."""
         hp = self.hparams
         pos0 = cache.n
         n = len(tokens)
@@ -446,8 +446,9 @@ class WhisperModel:
         with _BLAS.limit(limits=1, user_api="blas"):
             x = self._decoder_layers(tokens, pos0, cache, cross)
         cache.n += n
-        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
-            return self.logits_proj(layer_norm(x, *self.dec_ln))
+        if rows is not None:
+            x = x[rows]
+        return self.logits_proj(layer_norm(x, *self.dec_ln))
 
     def decode_step(self, token, cache, cross):
         """StepLogits of one token following the cache (the cache grows): with an f16 output
@@ -549,15 +550,16 @@ def conv_weight(w):
     return np.ascontiguousarray(w.transpose(0, 2, 1).reshape(w.shape[0], -1), np.float32)
 
 
-def conv1d(x, w, stride):
+def conv1d(x, w, stride, pool=None):
     """Conv1d, kernel 3, padding 1, no bias: x (T, C_in) -> (T_out, C_out), T_out = T/stride;
-    w from conv_weight. One sgemm on the (T_out, 3 * C_in) windows of x."""
+    w from conv_weight. One product (rows_matmul on `pool`) on the (T_out, 3 * C_in) windows
+    of x."""
     T, c_in = x.shape
     xp = np.pad(x, ((1, 1), (0, 0)))                                          # (T + 2, C_in)
     n_out = (T + 2 - 3) // stride + 1
     rows = xp.strides[0]
     cols = np.lib.stride_tricks.as_strided(xp, (n_out, 3, c_in), (stride * rows, rows, 4))
-    return cols.reshape(n_out, 3 * c_in) @ w.T                                # (T_out, C_out)
+    return rows_matmul(cols.reshape(n_out, 3 * c_in), w.T, pool)              # (T_out, C_out)
 
 
 def log_mel_spectrogram(samples, filters, pad=N_SAMPLES, chunk=N_FRAMES):

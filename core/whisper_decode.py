@@ -199,8 +199,9 @@ def decode_window(model, cross, prompt, sot_sequence, opts, temperature, rng, en
     initial = prefix + sot_sequence + ([] if opts.timestamps else [tok.no_timestamps])
     sot_index = len(prefix)
     cache = model.new_cache()
-    logits = model.decode(initial, cache, cross)
-    no_speech_prob = float(np.exp(log_softmax(logits[sot_index])[tok.no_speech]))
+    # the logits of <|startoftranscript|> (no-speech) and of the last token (the first choice)
+    logits = model.decode(initial, cache, cross, rows=[sot_index, len(initial) - 1])
+    no_speech_prob = float(np.exp(log_softmax(logits[0])[tok.no_speech]))
     rules = LogitRules(model, opts.timestamps, opts.max_initial_timestamp)
     sample_len = hp.n_text_ctx // 2
     n_candidates = 1 if temperature == 0 else max(1, opts.best_of)
