@@ -23,7 +23,8 @@ from gguf.quants import dequantize, quantize
 from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import ct2, whisper_ggml
-from dasllama.kernels.attend import attend_f16, to_f16_bits
+from dasllama.kernels.attend import to_f16_bits
+from dasllama.kernels.decoder_step import decoder_layers
 from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel, softmax_rows
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
@@ -324,6 +325,21 @@ class WhisperModel:
         self.dec_blocks = [self._decoder_block(f"decoder.blocks.{i}")
                            for i in range(hp.n_text_layer)]
         self.dec_ln = self._norm("decoder.ln")
+        self._dec_tables = self._decoder_tables()
+
+    def _decoder_tables(self):
+        """The decoder layers' weights stacked by layer, as kernels.decoder_step takes them:
+        norms (n_layer, 6, n_state), then (f16 bits, bias) of each linear in its order."""
+        blocks = self.dec_blocks
+        norms = np.stack([np.stack([*b["attn_ln"], *b["cross_ln"], *b["mlp_ln"]]) for b in blocks])
+        linears = [lambda b: b["attn"]["qkv"], lambda b: b["attn"]["out"],
+                   lambda b: b["cross"]["q"], lambda b: b["cross"]["out"],
+                   lambda b: b["mlp_0"], lambda b: b["mlp_2"]]
+        tables = [np.ascontiguousarray(norms, np.float32)]
+        for pick in linears:
+            tables.append(np.stack([pick(b).w for b in blocks]))
+            tables.append(np.stack([pick(b).bias for b in blocks]))
+        return tuple(tables)
 
     def _logits_weight(self):
         """The (n_vocab, n_state) output projection as f16 for the matmul kernel: one decode
@@ -421,16 +437,18 @@ class WhisperModel:
 
     # -- decoder -----------------------------------------------------------------------------
     def cross_kv(self, audio_features):
-        """Per decoder layer, the cross-attention keys and values of a window (once per window),
-        each transposed (n_text_state, n_audio_ctx), rounded to f16 as whisper.cpp's kv_cross
-        holds them."""
+        """The cross-attention keys and values of a window (once per window), as f16 bits
+        (whisper.cpp's kv_cross type), each transposed by layer: (k, v), each (n_text_layer,
+        n_text_state, n_audio_ctx) uint16."""
         with _BLAS.limit(limits=1, user_api="blas"):
             n = self.hparams.n_text_state
-            cross = []
-            for b in self.dec_blocks:
+            k = np.empty((len(self.dec_blocks), n, len(audio_features)), np.uint16)
+            v = np.empty_like(k)
+            for il, b in enumerate(self.dec_blocks):
                 kv = b["cross"]["kv"](audio_features)                        # (S, 2 n)
-                cross.append((f16_bits(kv[:, :n]), f16_bits(kv[:, n:])))
-            return cross
+                to_f16_bits(kv[:, :n], k[il])
+                to_f16_bits(kv[:, n:], v[il])
+            return k, v
 
     def new_cache(self):
         return DecoderCache(self.hparams)
@@ -465,24 +483,13 @@ class WhisperModel:
         return self._screen.step(x, self._logits_tail)
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
+        """The decoder layers' output (n, n_state) for `tokens` at positions pos0.. (one
+        compiled call, kernels.decoder_step); their keys and values go into the cache."""
         hp = self.hparams
-        n, n_state, n_head = len(tokens), hp.n_text_state, hp.n_text_head
-        scale = np.float32((n_state // n_head) ** -0.5)
-        x = self.token_embd[tokens] + self.dec_pos[pos0:pos0 + n]            # (n, n_state)
-        o = np.empty((n, n_state), np.float32)
-        for il, block in enumerate(self.dec_blocks):
-            h = layer_norm(x, *block["attn_ln"])
-            attn = block["attn"]
-            qkv = attn["qkv"](h)                                              # (n, 3 n_state)
-            to_f16_bits(qkv[:, n_state:2 * n_state], cache.k[il, :, pos0:pos0 + n])
-            to_f16_bits(qkv[:, 2 * n_state:], cache.v[il, :, pos0:pos0 + n])
-            attend_f16(qkv[:, :n_state] * scale, cache.k[il], cache.v[il], pos0 + n, n_head, pos0, o)
-            x += attn["out"](o)
-            h = layer_norm(x, *block["cross_ln"])
-            ck, cv = cross[il]
-            attend_f16(block["cross"]["q"](h) * scale, ck, cv, ck.shape[1], n_head, -1, o)
-            x += block["cross"]["out"](o)
-            x += self.mlp(block, x)
+        x = self.token_embd[tokens] + self.dec_pos[pos0:pos0 + len(tokens)]  # (n, n_state)
+        scale = np.float32((hp.n_text_state // hp.n_text_head) ** -0.5)
+        decoder_layers(x, pos0, hp.n_text_head, scale, LN_EPS, cache.k, cache.v, *cross,
+                       *self._dec_tables)
         return x
 
 
@@ -500,13 +507,6 @@ def layer_norm(x, w, b):
     """Layer norm of each row of x (T, n) into a new array (a numba kernel, one pass)."""
     out = np.empty_like(x)
     layer_norm_kernel(np.ascontiguousarray(x), w, b, LN_EPS, out)
-    return out
-
-
-def f16_bits(x):
-    """x (T, n) f32 transposed and rounded to IEEE half: a new (n, T) uint16 array of bits."""
-    out = np.empty(x.shape[::-1], np.uint16)
-    to_f16_bits(x, out)
     return out
 
 
