@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dasllama.kernels.encoder_ops import log_softmax as _log_softmax
+from dasllama.kernels.encoder_ops import log_softmax as _log_softmax, logsumexp as _logsumexp
 
 from .whisper import HOP_LENGTH, N_FFT, N_FRAMES, SAMPLE_RATE
 from .whisper_tokenizer import LANGUAGES
@@ -142,6 +142,8 @@ class LogitRules:
         logits[tok.no_timestamps] = -np.inf
         if not self.timestamps:                  # whisper.cpp's no_timestamps: text only
             logits[ts_begin:] = -np.inf
+            if refine is not None:
+                refine(logits, ts_begin)
             return logits
         last_ts = len(sampled) >= 1 and sampled[-1] >= ts_begin
         penult_ts = len(sampled) < 2 or sampled[-2] >= ts_begin
@@ -161,9 +163,9 @@ class LogitRules:
                 logits[ts_begin + self.max_initial + 1:] = -np.inf
         if refine is not None:
             refine(logits, ts_begin)
-        logprobs = log_softmax(logits)
-        ts_logprob = np.logaddexp.reduce(logprobs[ts_begin:])
-        if ts_logprob > logprobs[:ts_begin].max():
+        # the timestamps' summed probability against the best text token's: both log-probs
+        # share the normaliser, so compare log-sum-exp and max of the logits themselves
+        if _logsumexp(logits[ts_begin:]) > logits[:ts_begin].max():
             logits[:ts_begin] = -np.inf
         return logits
 
@@ -240,17 +242,15 @@ def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens, en
     refine = None
     for _ in range(max_tokens):
         row = rules.apply(logits.astype(np.float32), tokens, refine)
-        if refine is not None:
-            refine(row, len(row))
-        logprobs = log_softmax(row)
         if temperature == 0:
             nxt = int(row.argmax())
         else:
+            logprobs = log_softmax(row)
             p = np.exp(logprobs / temperature - (logprobs / temperature).max())
             nxt = int(rng.choice(len(p), p=p / p.sum()))
         if steps is not None:
             steps.append(top_step(row))
-        sum_logprob += float(logprobs[nxt])
+        sum_logprob += float(np.float64(row[nxt]) - _logsumexp(row))
         if nxt == tok.eot:
             break
         tokens.append(nxt)

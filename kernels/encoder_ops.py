@@ -98,17 +98,23 @@ def softmax_rows(s, sums):
 
 
 @njit(**JIT, fastmath={"reassoc", "contract"})
-def log_softmax(x):
-    """log-softmax of a logits row x (n,) f32 as a new f64 row: the sum of e^(x - max) in f64
-    of f32 exps, one pass each for max, sum and output (numpy: five, all in f64). -inf stays
-    -inf."""
+def logsumexp(x):
+    """log(sum e^x) of a row x (n,) f32 as f64: max, then the sum of e^(x - max) in f64 of f32
+    exps. -inf entries add nothing."""
     m = x[0]
     for j in range(1, x.size):
         m = max(m, x[j])
     acc = 0.0
     for j in range(x.size):
         acc += np.float64(exp_nonpositive(x[j] - m))
-    norm = np.float64(m) + np.log(acc)
+    return np.float64(m) + np.log(acc)
+
+
+@njit(**JIT, fastmath={"reassoc", "contract"})
+def log_softmax(x):
+    """log-softmax of a logits row x (n,) f32 as a new f64 row, x - logsumexp(x) (numpy: five
+    passes, all in f64). -inf stays -inf."""
+    norm = logsumexp(x)
     out = np.empty(x.size, np.float64)
     for j in range(x.size):
         out[j] = np.float64(x[j]) - norm
