@@ -326,6 +326,10 @@ class WhisperModel:
                            for i in range(hp.n_text_layer)]
         self.dec_ln = self._norm("decoder.ln")
         self._dec_tables = self._decoder_tables()
+        # every layer's cross-attention k|v in one float32 product (one sgemm, not n_layer)
+        kv = [b["cross"].pop("kv") for b in self.dec_blocks]
+        self._cross_kv = Linear(np.concatenate([p.w for p in kv]),
+                                np.concatenate([p.bias for p in kv]), self._pool)
 
     def _decoder_tables(self):
         """The decoder layers' weights stacked by layer, as kernels.decoder_step takes them:
@@ -383,7 +387,7 @@ class WhisperModel:
             block[k] = f16_linear(block[k])
         block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
         block["cross"] = {"q": f16_linear(self._linear(f"{c}.query")),
-                          "kv": self._fused(c, ("key", "value")),       # float32: an sgemm
+                          "kv": self._fused(c, ("key", "value")),
                           "out": f16_linear(self._linear(f"{c}.out"))}
         return block
 
@@ -442,13 +446,13 @@ class WhisperModel:
         n_text_state, n_audio_ctx) uint16."""
         with _BLAS.limit(limits=1, user_api="blas"):
             n = self.hparams.n_text_state
-            k = np.empty((len(self.dec_blocks), n, len(audio_features)), np.uint16)
-            v = np.empty_like(k)
-            for il, b in enumerate(self.dec_blocks):
-                kv = b["cross"]["kv"](audio_features)                        # (S, 2 n)
-                to_f16_bits(kv[:, :n], k[il])
-                to_f16_bits(kv[:, n:], v[il])
-            return k, v
+            kv = self._cross_kv(audio_features)                     # (S, n_layer * 2 n)
+        k = np.empty((len(self.dec_blocks), n, len(audio_features)), np.uint16)
+        v = np.empty_like(k)
+        for il in range(len(k)):
+            to_f16_bits(kv[:, 2 * n * il:2 * n * il + n], k[il])
+            to_f16_bits(kv[:, 2 * n * il + n:2 * n * (il + 1)], v[il])
+        return k, v
 
     def new_cache(self):
         return DecoderCache(self.hparams)
