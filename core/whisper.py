@@ -31,7 +31,7 @@ from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 from .defaults import cache_dir
 from .linear import KernelLinear, Linear, RowPool, f16_linear, rows_matmul
 from .whisper_screen import Q8Screen, StepLogits
-from .model import set_threads
+from .model import POOLED_LAYERS, prefer_threading_layers, set_threads
 from .whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
 
 SAMPLE_RATE = 16000
@@ -226,6 +226,7 @@ class WhisperModel:
         """
         self.encoder_qtype = encoder_qtype
         t0 = time.perf_counter()
+        prefer_threading_layers(POOLED_LAYERS)
         self.n_threads = set_threads(n_threads)
         self._pool = RowPool(self.n_threads) if self.n_threads > 1 else None
         path = Path(path)

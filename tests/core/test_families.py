@@ -47,3 +47,43 @@ def test_q5_0_prefill_copy_changes_no_logit(tiny_model):
     assert (with_copy.ptab[..., 1] == Q8_0).any() and (without.ptab[..., 1] < 0).all()
     np.testing.assert_array_equal(with_copy.eval(ids, all_logits=True), without.eval(ids, all_logits=True))
     np.testing.assert_array_equal(with_copy.eval([7]), without.eval([7]))
+
+
+_LAUNCH = ("import numba, numpy as np\n"
+           "@numba.njit(parallel=True)\n"
+           "def f(a):\n"
+           "    for i in numba.prange(a.size): a[i] += 1\n"
+           "f(np.zeros(4)); print(numba.threading_layer())")
+
+
+def _first_available(layers, env):
+    """The first of `layers` numba can launch here (each tried in a fresh process)."""
+    import subprocess
+    import sys
+    for layer in layers:
+        run = subprocess.run([sys.executable, "-c", _LAUNCH], capture_output=True, text=True,
+                             env=dict(env, NUMBA_THREADING_LAYER=layer))
+        if run.returncode == 0:
+            return layer
+
+
+@pytest.mark.parametrize("kind", ["llm", "whisper"])
+def test_threading_layer_follows_the_workload(tiny_model, kind):
+    """An LLM asks numba for libgomp's spinning workers first, Whisper for tbb (its encoder
+    shares the cores with a BLAS pool); the layer is per process, so each runs in its own."""
+    import os
+    import subprocess
+    import sys
+    from dasllama.core.model import LLM_LAYERS, POOLED_LAYERS
+    if kind == "llm":
+        setup = f"from dasllama.core import load; load({str(tiny_model('llama'))!r}).eval([1, 2])"
+    else:
+        from tests import whisper_assets
+        setup = ("from dasllama.core.whisper import WhisperModel; import numpy as np; "
+                 f"m = WhisperModel({str(whisper_assets.tiny_en())!r}); "
+                 "m.encode(np.zeros((m.hparams.n_mels, 3000), np.float32))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_THREADING_LAYER")}
+    out = subprocess.run([sys.executable, "-c", setup + "; import numba; print(numba.threading_layer())"],
+                         env=env, capture_output=True, text=True, check=True)
+    want = _first_available(LLM_LAYERS if kind == "llm" else POOLED_LAYERS, env)
+    assert out.stdout.split()[-1] == want
