@@ -25,20 +25,22 @@ class RowPool(ThreadPoolExecutor):
         self.n_threads = n_threads
 
 
-def rows_matmul(a, b, pool=None):
-    """a @ b as sgemms over blocks of a's rows on `pool` (a RowPool; None: one call), each
-    into its slice of one output. Run it with BLAS limited to one thread."""
-    n_jobs = 1 if pool is None else min(pool.n_threads, len(a) // MIN_ROWS)
+def over_rows(pool, n_rows, fn):
+    """fn(r0, r1) over contiguous blocks of n_rows rows, one per thread of `pool` (a RowPool;
+    None, or too few rows to share: one call on this thread)."""
+    n_jobs = 1 if pool is None else min(pool.n_threads, n_rows // MIN_ROWS)
     if n_jobs <= 1:
-        return a @ b
+        fn(0, n_rows)
+        return
+    bounds = np.linspace(0, n_rows, n_jobs + 1).astype(int)
+    list(pool.map(lambda i: fn(bounds[i], bounds[i + 1]), range(n_jobs)))
+
+
+def rows_matmul(a, b, pool=None):
+    """a @ b as sgemms over blocks of a's rows on `pool`, each into its slice of one output.
+    Run it with BLAS limited to one thread."""
     out = np.empty((len(a), b.shape[1]), np.result_type(a, b))
-    bounds = np.linspace(0, len(a), n_jobs + 1).astype(int)
-
-    def part(i):
-        r0, r1 = bounds[i], bounds[i + 1]
-        np.matmul(a[r0:r1], b, out=out[r0:r1])
-
-    list(pool.map(part, range(n_jobs)))
+    over_rows(pool, len(a), lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]))
     return out
 
 

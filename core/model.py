@@ -47,14 +47,13 @@ def set_threads(n_threads):
     return n
 
 
-# numba picks its threading layer at the first parallel launch in a process. An LLM decode
-# step runs some 200 short parallel regions back to back: libgomp's workers spin through the
-# serial gaps between them, tbb's fall asleep and are woken each time (tg128 on gemma3-270m
-# Q4_K_M: omp ahead of tbb in 7 of 7 interleaved pairs, +4.5 % on average, 2 cores). Whisper's
-# encoder runs single-threaded BLAS on its own pool between numba regions, and there spinning
-# workers take a core from it (tiny.en encoder 0.6 -> 0.85 s a window): tbb first.
-LLM_LAYERS = ("omp", "tbb", "workqueue")
-POOLED_LAYERS = ("tbb", "omp", "workqueue")
+# numba picks its threading layer at the first parallel launch in a process. A decode step
+# runs tens (Whisper) to hundreds (an LLM) of short parallel regions back to back: libgomp's
+# workers spin through the serial gaps between them, tbb's fall asleep and are woken each
+# time. tg128 on gemma3-270m Q4_K_M: omp ahead of tbb in 7 of 7 interleaved pairs, +4.5 % on
+# average; a Whisper tiny.en step 2.5 -> 2.0 ms (2 cores). Spinning workers would take a core
+# from a BLAS pool running beside them, so Whisper's encoder keeps numba's threads out of it.
+DECODE_LAYERS = ("omp", "tbb", "workqueue")
 
 
 def prefer_threading_layers(order):
@@ -112,7 +111,7 @@ class Model:
     def __init__(self, path, n_ctx=DEFAULT_N_CTX, n_threads=None, n_batch=DEFAULT_N_BATCH,
                  prefill_copy=True):
         t0 = time.perf_counter()
-        prefer_threading_layers(LLM_LAYERS)
+        prefer_threading_layers(DECODE_LAYERS)
         self.path = os.fspath(path)
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)

@@ -29,9 +29,9 @@ from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_ker
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
 from .defaults import cache_dir
-from .linear import KernelLinear, Linear, RowPool, f16_linear, rows_matmul
+from .linear import KernelLinear, Linear, RowPool, f16_linear, over_rows, rows_matmul
 from .whisper_screen import Q8Screen, StepLogits
-from .model import POOLED_LAYERS, prefer_threading_layers, set_threads
+from .model import DECODE_LAYERS, prefer_threading_layers, set_threads
 from .whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
 
 SAMPLE_RATE = 16000
@@ -226,7 +226,7 @@ class WhisperModel:
         """
         self.encoder_qtype = encoder_qtype
         t0 = time.perf_counter()
-        prefer_threading_layers(POOLED_LAYERS)
+        prefer_threading_layers(DECODE_LAYERS)
         self.n_threads = set_threads(n_threads)
         self._pool = RowPool(self.n_threads) if self.n_threads > 1 else None
         path = Path(path)
@@ -419,14 +419,14 @@ class WhisperModel:
         x = np.ascontiguousarray(mel_window.T, np.float32)                   # (3000, n_mels)
         for (w, b), stride in zip(self.conv, (1, 2)):
             x = conv1d(x, w, stride, self._pool)
-            bias_gelu(x, b)
+            bias_gelu_rows(x, b, self._pool)
         x += self.enc_pos[:x.shape[0]]                                        # (1500, n_state)
         n_head = self.hparams.n_audio_head
         for block in self.enc_blocks:
-            h = layer_norm(x, *block["attn_ln"])
+            h = layer_norm(x, *block["attn_ln"], self._pool)
             x += self.self_attention(block["attn"], h, n_head)
             x += self.mlp(block, x)
-        return layer_norm(x, *self.enc_ln)
+        return layer_norm(x, *self.enc_ln, self._pool)
 
     def self_attention(self, attn, h, n_head):
         qkv_t = attn["qkv"].transposed(h)                                   # (3 n_state, T)
@@ -434,10 +434,10 @@ class WhisperModel:
         return attn["out"](o)
 
     def mlp(self, block, x):
-        h = layer_norm(x, *block["mlp_ln"])
+        h = layer_norm(x, *block["mlp_ln"], self._pool)
         up = block["mlp_0"]
         y = up.product(h)                                                    # (T, n_ff)
-        bias_gelu(y, up.bias)        # tanh-GELU as ggml's formula, without its f16 table
+        bias_gelu_rows(y, up.bias, self._pool)   # ggml's tanh-GELU formula, without its f16 table
         return block["mlp_2"](y)
 
     # -- decoder -----------------------------------------------------------------------------
@@ -508,11 +508,18 @@ class DecoderCache:
         self.n = 0
 
 
-def layer_norm(x, w, b):
-    """Layer norm of each row of x (T, n) into a new array (a numba kernel, one pass)."""
+def layer_norm(x, w, b, pool=None):
+    """Layer norm of each row of x (T, n) into a new array (a numba kernel, one pass), rows
+    shared out over `pool`."""
+    x = np.ascontiguousarray(x)
     out = np.empty_like(x)
-    layer_norm_kernel(np.ascontiguousarray(x), w, b, LN_EPS, out)
+    over_rows(pool, len(x), lambda r0, r1: layer_norm_kernel(x[r0:r1], w, b, LN_EPS, out[r0:r1]))
     return out
+
+
+def bias_gelu_rows(x, bias, pool=None):
+    """x (T, n) <- gelu(x + bias) in place, rows shared out over `pool`."""
+    over_rows(pool, len(x), lambda r0, r1: bias_gelu(x[r0:r1], bias))
 
 
 def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):

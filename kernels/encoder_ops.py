@@ -1,9 +1,11 @@
-"""Element-wise steps of a Whisper-style encoder, in place and over rows in parallel: layer norm,
-bias + tanh-GELU and the softmax of attention scores. numpy takes five to eight passes over a (T, n) activation for each;
-these take one or two. Their exp is Cephes' expf written so LLVM vectorises it (numba has no
-SVML here, and a libm call per element is slower than numpy's own vector loops).
+"""Element-wise steps of a Whisper-style encoder, in place over rows: layer norm, bias +
+tanh-GELU and the softmax of attention scores. numpy takes five to eight passes over a (T, n)
+activation for each; these take one or two. They run on the calling thread without the GIL,
+so the caller shares rows out over its own threads: the encoder's pool, which runs its BLAS
+too, so numba's workers stay out of the encoder (see core.model.DECODE_LAYERS). Their exp is
+Cephes' expf written so LLVM vectorises it (numba has no SVML here, and a libm call per
+element is slower than numpy's own vector loops).
 """
-import numba
 import numpy as np
 from numba import njit
 
@@ -44,21 +46,21 @@ def gelu_one(x):
     return x * e / (_ONE + e)
 
 
-@njit(**JIT, parallel=True, fastmath={"contract"})
+@njit(**JIT, fastmath={"contract"})
 def bias_gelu(x, bias):
     """x (T, n) <- gelu(x + bias), in place; bias (n,)."""
     n_rows, n_cols = x.shape
-    for t in numba.prange(n_rows):
+    for t in range(n_rows):
         row = x[t]
         for j in range(n_cols):
             row[j] = gelu_one(row[j] + bias[j])
 
 
-@njit(**JIT, parallel=True, fastmath={"reassoc", "contract"})
+@njit(**JIT, fastmath={"reassoc", "contract"})
 def layer_norm(x, w, b, eps, out):
     """out (T, n) <- (x - mean) / sqrt(var + eps) * w + b per row of x (T, n); f32 sums."""
     n_rows, n_cols = x.shape
-    for t in numba.prange(n_rows):
+    for t in range(n_rows):
         row = x[t]
         acc = np.float32(0.0)
         for j in range(n_cols):

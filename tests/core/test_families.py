@@ -69,12 +69,12 @@ def _first_available(layers, env):
 
 @pytest.mark.parametrize("kind", ["llm", "whisper"])
 def test_threading_layer_follows_the_workload(tiny_model, kind):
-    """An LLM asks numba for libgomp's spinning workers first, Whisper for tbb (its encoder
-    shares the cores with a BLAS pool); the layer is per process, so each runs in its own."""
+    """LLMs and Whisper ask numba for libgomp's spinning workers first (their decode steps
+    run many short parallel regions); the layer is per process, so each runs in its own."""
     import os
     import subprocess
     import sys
-    from dasllama.core.model import LLM_LAYERS, POOLED_LAYERS
+    from dasllama.core.model import DECODE_LAYERS
     if kind == "llm":
         setup = f"from dasllama.core import load; load({str(tiny_model('llama'))!r}).eval([1, 2])"
     else:
@@ -85,5 +85,5 @@ def test_threading_layer_follows_the_workload(tiny_model, kind):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_THREADING_LAYER")}
     out = subprocess.run([sys.executable, "-c", setup + "; import numba; print(numba.threading_layer())"],
                          env=env, capture_output=True, text=True, check=True)
-    want = _first_available(LLM_LAYERS if kind == "llm" else POOLED_LAYERS, env)
+    want = _first_available(DECODE_LAYERS, env)
     assert out.stdout.split()[-1] == want
