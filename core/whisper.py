@@ -4,7 +4,9 @@ directory, the log-mel front end, the encoder, and the decoder with its KV cache
 Weights carry whisper.cpp's tensor names (`encoder.blocks.0.attn.query.weight`), so both file
 formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). The encoder's
 matrix work is float32 numpy (BLAS), weights widened to float32 at load (or, with
-encoder_qtype, quantized for dasllama's matmul kernels). The decoder's per-token matrices are
+encoder_qtype, quantized for dasllama's matmul kernels); its products, attention tiles, norms
+and GELU share out rows over the model's own thread pool (core.linear.RowPool), never over
+OpenBLAS's or numba's threads, whose spinning would take a core from it. The decoder's per-token matrices are
 f16 for those kernels, as whisper.cpp keeps them: each decode step reads them all, so their
 bytes set the step time, and the kernels round activations to f16 as ggml does. Two things
 cut those bytes without changing a choice: the keys and values are f16 (whisper.cpp's cache
