@@ -251,6 +251,12 @@ def _host_has(*features):
 HAS_VNNI = _host_has("avx512vnni", "avx512vl")
 
 
+# decode tiles of 2 and 4 rows beside the default plan's 1: rows stream interleaved, which
+# measured 3x slower on a Zen 4 but up to 1.8x faster on a Zen 3 for some shapes (Q4_K
+# 640x1024), so the tuner decides, per shape where it pays
+_DECODE_ROWS = (2, 4)
+
+
 def variants(qtype):
     if qtype in (F16, BF16, F32):
         plans = _F_PLANS
@@ -261,7 +267,16 @@ def variants(qtype):
         if HAS_VNNI:
             wide = [(n, dict(p, vnni=True, wide=True)) for n, p in _W_PLANS] if qtype in WIDE_FMTS else []
             plans = [(n + "_vnni", dict(p, vnni=True)) for n, p in _PLANS[:2]] + wide + plans
+    name, first = plans[0]
+    plans = plans + [(f"{name}_d{r}", dict(first, rows1=r)) for r in _DECODE_ROWS]
     return [(n, dict(engine="simd", **p)) for n, p in plans]
+
+
+def phase_params(params, phase):
+    """What of a variant's plan shapes the kernel a phase runs (decode: its T=1 tile; prefill:
+    its main tile), so the tuner races each distinct kernel of a phase once."""
+    keys = ("engine", "rows1", "vnni") if phase == "decode" else ("engine", "rows", "tokens", "vnni", "wide")
+    return tuple(params.get(k) for k in keys)
 
 
 def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):

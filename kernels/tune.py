@@ -20,6 +20,7 @@ Steps, each refusing rather than guessing:
 The sidecar keeps every shape's medians; tuning a second model adds its shapes and re-chooses
 the winners of the types it uses, on its own shapes.
 """
+import itertools
 import math
 import os
 import time
@@ -29,7 +30,7 @@ import numba
 import numpy as np
 
 from . import matmul as M
-from . import sidecar
+from . import sidecar, simd
 from .quants import BF16, F16, F32, JIT, SUPPORTED, row_bytes
 from .sidecar import PHASES, sidecar_path, type_name
 
@@ -39,6 +40,8 @@ PREFILL_TOKENS = 64          # a prefill race multiplies this many tokens (T >= 
 PREFILL_MACS = 64 * 2048 * 2048   # larger prefill shapes are raced on their first rows only
 NOISE_LIMIT = 0.05           # relative spread of the probe above which ranking is refused
 SAMPLE_S = 0.002             # one timing sample repeats a call up to about this long
+COLD_BYTES = 64 << 20        # decode races rotate over copies of the weight this large in all,
+                             # past any L3, so each call streams from memory as in generation
 DROP_AFTER = 2.0             # a variant this many times the leader's median stops racing
 FAR_BEHIND = 10.0            # ... or this many times the fastest first call: out after one call
 MIN_ROUNDS = 3               # races run at least this many rounds
@@ -178,7 +181,10 @@ def _disagreements(got, ref, bound):
 # --- 3. races -----------------------------------------------------------------------------------
 
 def _race_args(shape):
-    """(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out) for one call on `shape`."""
+    """The calls a race times on `shape`: one (w, n_rows, n_cols, xq, xd, xa, xf, n_tokens,
+    out) for prefill; for decode a list of them over copies of the weight, taken in turn, so
+    each call reads its weight from memory (in a model a token reads every weight once: a
+    decode race on a cache-hot weight ranked tiles that lose in generation)."""
     rb = row_bytes(shape.qtype, shape.n_cols)
     n_rows = shape.n_rows
     if shape.phase == "prefill":   # per row tile the work is alike: a slice ranks like the whole
@@ -186,13 +192,22 @@ def _race_args(shape):
     w = shape.weights[:n_rows * rb]
     bufs = _activations(shape.n_tokens, shape.n_cols, shape.qtype, seed=0)
     out = np.empty((shape.n_tokens, n_rows), np.float32)
-    return (w, n_rows, shape.n_cols, *bufs, shape.n_tokens, out)
+    if shape.phase == "prefill":
+        return (w, n_rows, shape.n_cols, *bufs, shape.n_tokens, out)
+    copies = np.tile(np.asarray(w), max(1, -(-COLD_BYTES // w.size))).reshape(-1, w.size)
+    return [(c, n_rows, shape.n_cols, *bufs, shape.n_tokens, out) for c in copies]
+
+
+_turn = itertools.count()     # calls rotate over a list's copies across samples and variants
 
 
 def _sample(kernel, args, reps):
+    """Seconds per call over `reps` calls; args: one call's arguments, or a list taken in
+    turn."""
+    calls = args if isinstance(args, list) else [args]
     t0 = time.perf_counter()
     for _ in range(reps):
-        kernel(*args)
+        kernel(*calls[next(_turn) % len(calls)])
     return (time.perf_counter() - t0) / reps
 
 
@@ -200,7 +215,7 @@ def _reps(kernels, args):
     """Calls per sample: about SAMPLE_S of the fastest variant (after a warm-up call each)."""
     first = {}
     for name, kernel in kernels.items():
-        kernel(*args)   # compiled and warm before any clock starts
+        _sample(kernel, args, 1)   # compiled and warm before any clock starts
         first[name] = _sample(kernel, args, 1)
     return max(1, int(SAMPLE_S / min(first.values()))), first
 
@@ -317,9 +332,10 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
         verdicts = gate(qtype, names, group[0].weights, group[0].n_cols, build)
         rejected.update({(type_name(qtype), n): why for n, why in verdicts.items() if why})
         kernels = {n: build(qtype, n) for n in names if not verdicts[n]}
+        params = dict(variants[qtype])
         for s in group:
             on_step(f"race {type_name(qtype)} {s.phase} {s.n_rows}x{s.n_cols}")
-            medians[s.key] = race(kernels, _race_args(s), share)
+            medians[s.key] = race(_distinct(kernels, params, s.phase), _race_args(s), share)
     winners, notes = {}, []
     for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
         group = [s for s in shapes if s.qtype == qtype and s.phase == phase]
@@ -331,6 +347,19 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
     doc["provenance"]["seconds"] = round(time.perf_counter() - t_start, 1)
     path = sidecar.write(doc)
     return Report(outcomes, rejected, notes, noise, doc["provenance"]["seconds"], path)
+
+
+def _distinct(kernels, params, phase):
+    """The kernels of which a phase runs a different tile (the first name of each), so that
+    decode-only variants do not race their prefill twin again."""
+    seen, out = set(), {}
+    for name, kernel in kernels.items():
+        plan = params.get(name)
+        key = simd.phase_params(plan, phase) if plan else name      # a plan-less kernel: its own
+        if key not in seen:
+            seen.add(key)
+            out[name] = kernel
+    return out
 
 
 def _totals(group, medians):
