@@ -6,10 +6,10 @@ formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`)
 matrix work is float32 numpy (BLAS), weights widened to float32 at load (or, with
 encoder_qtype, quantized for dasllama's matmul kernels); its products, attention tiles, norms
 and GELU share out rows over the model's own thread pool (core.linear.RowPool), never over
-OpenBLAS's or numba's threads, whose spinning would take a core from it. The decoder's per-token matrices are
-f16 for those kernels, as whisper.cpp keeps them: each decode step reads them all, so their
-bytes set the step time, and the kernels round activations to f16 as ggml does. Two things
-cut those bytes without changing a choice: the keys and values are f16 (whisper.cpp's cache
+OpenBLAS's or numba's threads, whose spinning would take a core from it. The decoder's
+per-token matrices are f16 for those kernels, as whisper.cpp keeps them: each decode step
+reads them all, so their bytes set the step time, and the kernels round activations to f16 as
+ggml does. Two things cut those bytes without changing a choice: the keys and values are f16 (whisper.cpp's cache
 types) and attended by one numba pass per head (kernels.attend), and the output projection's
 text rows are read as a Q8_0 copy whose error is bounded per row, the rows that could win
 recomputed from f16 (Q8Screen, StepLogits.refine).
@@ -325,19 +325,18 @@ class WhisperModel:
             self._screen = Q8Screen(self.logits_proj, n_text)
             tail = self.logits_proj.w.view(np.float16).reshape(self.logits_proj.n_rows, -1)[n_text:]
             self._logits_tail = KernelLinear(F16, tail, *tail.shape)
-        self.dec_blocks = [self._decoder_block(f"decoder.blocks.{i}")
-                           for i in range(hp.n_text_layer)]
+        prefixes = [f"decoder.blocks.{i}" for i in range(hp.n_text_layer)]
+        self._dec_tables = self._decoder_tables([self._decoder_block(p) for p in prefixes])
         self.dec_ln = self._norm("decoder.ln")
-        self._dec_tables = self._decoder_tables()
         # every layer's cross-attention k|v in one float32 product (one sgemm, not n_layer)
-        kv = [b["cross"].pop("kv") for b in self.dec_blocks]
+        kv = [self._fused(f"{p}.cross_attn", ("key", "value")) for p in prefixes]
         self._cross_kv = Linear(np.concatenate([p.w for p in kv]),
                                 np.concatenate([p.bias for p in kv]), self._pool)
 
-    def _decoder_tables(self):
+    def _decoder_tables(self, blocks):
         """The decoder layers' weights stacked by layer, as kernels.decoder_step takes them:
-        norms (n_layer, 6, n_state), then (f16 bits, bias) of each linear in its order."""
-        blocks = self.dec_blocks
+        norms (n_layer, 6, n_state), then (f16 bits, bias) of each linear in its order (the
+        only copy kept: a step reads them all)."""
         norms = np.stack([np.stack([*b["attn_ln"], *b["cross_ln"], *b["mlp_ln"]]) for b in blocks])
         linears = [lambda b: b["attn"]["qkv"], lambda b: b["attn"]["out"],
                    lambda b: b["cross"]["q"], lambda b: b["cross"]["out"],
@@ -381,8 +380,8 @@ class WhisperModel:
         return block
 
     def _decoder_block(self, prefix):
-        """Self-attention's q|k|v in one product (one decode step: one call, not three);
-        cross-attention's k|v likewise, computed once per window."""
+        """Self-attention's q|k|v in one product (one decode step: one call, not three); the
+        cross-attention's k|v are all layers' one product (see _build)."""
         a, c = f"{prefix}.attn", f"{prefix}.cross_attn"
         block = self._block(prefix, {"qkv": f16_linear(self._fused(a, ("query", "key", "value"))),
                                      "out": f16_linear(self._linear(f"{a}.out"))})
@@ -390,7 +389,6 @@ class WhisperModel:
             block[k] = f16_linear(block[k])
         block["cross_ln"] = self._norm(f"{prefix}.cross_attn_ln")
         block["cross"] = {"q": f16_linear(self._linear(f"{c}.query")),
-                          "kv": self._fused(c, ("key", "value")),
                           "out": f16_linear(self._linear(f"{c}.out"))}
         return block
 
@@ -450,7 +448,7 @@ class WhisperModel:
         with _BLAS.limit(limits=1, user_api="blas"):
             n = self.hparams.n_text_state
             kv = self._cross_kv(audio_features)                     # (S, n_layer * 2 n)
-        k = np.empty((len(self.dec_blocks), n, len(audio_features)), np.uint16)
+        k = np.empty((self.hparams.n_text_layer, n, len(audio_features)), np.uint16)
         v = np.empty_like(k)
         for il in range(len(k)):
             to_f16_bits(kv[:, 2 * n * il:2 * n * il + n], k[il])
@@ -468,8 +466,7 @@ class WhisperModel:
         n = len(tokens)
         if pos0 + n > hp.n_text_ctx:
             raise ValueError(f"the decoder context of {hp.n_text_ctx} tokens is full")
-        with _BLAS.limit(limits=1, user_api="blas"):
-            x = self._decoder_layers(tokens, pos0, cache, cross)
+        x = self._decoder_layers(tokens, pos0, cache, cross)
         cache.n += n
         if rows is not None:
             x = x[rows]
@@ -484,8 +481,7 @@ class WhisperModel:
         hp = self.hparams
         if cache.n + 1 > hp.n_text_ctx:
             raise ValueError(f"the decoder context of {hp.n_text_ctx} tokens is full")
-        with _BLAS.limit(limits=1, user_api="blas"):
-            x = layer_norm(self._decoder_layers([token], cache.n, cache, cross), *self.dec_ln)
+        x = layer_norm(self._decoder_layers([token], cache.n, cache, cross), *self.dec_ln)
         cache.n += 1
         return self._screen.step(x, self._logits_tail)
 

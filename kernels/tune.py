@@ -194,7 +194,8 @@ def _race_args(shape):
     out = np.empty((shape.n_tokens, n_rows), np.float32)
     if shape.phase == "prefill":
         return (w, n_rows, shape.n_cols, *bufs, shape.n_tokens, out)
-    copies = np.tile(np.asarray(w), max(1, -(-COLD_BYTES // w.size))).reshape(-1, w.size)
+    n_copies = -(-COLD_BYTES // w.size)
+    copies = [w] if n_copies <= 1 else np.tile(np.asarray(w), n_copies).reshape(-1, w.size)
     return [(c, n_rows, shape.n_cols, *bufs, shape.n_tokens, out) for c in copies]
 
 
