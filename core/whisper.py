@@ -325,6 +325,11 @@ class WhisperModel:
             self._screen = Q8Screen(self.logits_proj, n_text)
             tail = self.logits_proj.w.view(np.float16).reshape(self.logits_proj.n_rows, -1)[n_text:]
             self._logits_tail = KernelLinear(F16, tail, *tail.shape)
+            # from <|endoftext|> on: all a step needs when a rule will mask the text rows
+            after = self.logits_proj.w.view(np.float16).reshape(self.logits_proj.n_rows, -1)
+            self._logits_after_text = KernelLinear(F16, after[self.tokenizer.eot:],
+                                                   self.logits_proj.n_rows - self.tokenizer.eot,
+                                                   after.shape[1])
         prefixes = [f"decoder.blocks.{i}" for i in range(hp.n_text_layer)]
         self._dec_tables = self._decoder_tables([self._decoder_block(p) for p in prefixes])
         self.dec_ln = self._norm("decoder.ln")
@@ -472,9 +477,11 @@ class WhisperModel:
             x = x[rows]
         return self.logits_proj(layer_norm(x, *self.dec_ln))
 
-    def decode_step(self, token, cache, cross):
+    def decode_step(self, token, cache, cross, text=True):
         """StepLogits of one token following the cache (the cache grows): with an f16 output
-        projection, text rows from its Q8_0 screen, to be refined where a choice is made."""
+        projection, text rows from its Q8_0 screen, to be refined where a choice is made.
+        text=False (the rules will mask every id below <|endoftext|>, as at a segment's end):
+        those rows are -inf and not computed, the rest exact."""
         if self._screen is None:
             logits = self.decode([token], cache, cross)[0]
             return StepLogits(logits, np.zeros_like(logits), None)
@@ -483,6 +490,10 @@ class WhisperModel:
             raise ValueError(f"the decoder context of {hp.n_text_ctx} tokens is full")
         x = layer_norm(self._decoder_layers([token], cache.n, cache, cross), *self.dec_ln)
         cache.n += 1
+        if not text:
+            row = np.full(self.logits_proj.n_rows, -np.inf, np.float32)
+            row[self.tokenizer.eot:] = self._logits_after_text.product(x)[0]
+            return StepLogits(row, np.zeros_like(row), None)
         return self._screen.step(x, self._logits_tail)
 
     def _decoder_layers(self, tokens, pos0, cache, cross):

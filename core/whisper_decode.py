@@ -131,6 +131,13 @@ class LogitRules:
         self.max_initial = (None if max_initial_timestamp is None
                             else round(max_initial_timestamp / TIME_PRECISION))
 
+    def text_masked(self, sampled):
+        """Whether apply will mask every id below <|endoftext|> after `sampled`: a segment
+        just ended on its closing timestamp, so a timestamp or EOT comes next."""
+        ts_begin = self.tok.timestamp_begin
+        return (self.timestamps and len(sampled) >= 2 and sampled[-1] >= ts_begin
+                and sampled[-2] < ts_begin)
+
     def apply(self, logits, sampled, refine=None):
         """refine(logits, upto): makes exact the entries below `upto` that could be the best
         (StepLogits.refine), before the one rule that weighs values."""
@@ -256,7 +263,7 @@ def _sample(model, cross, cache, logits, rules, temperature, rng, max_tokens, en
         tokens.append(nxt)
         if end_ts is not None and nxt >= end_ts:
             return tokens, sum_logprob, True
-        step = model.decode_step(nxt, cache, cross)
+        step = model.decode_step(nxt, cache, cross, text=not rules.text_masked(tokens))
         logits, refine = step.row, step.refine
     return tokens, sum_logprob, False
 
