@@ -455,9 +455,17 @@ class WhisperModel:
             kv = self._cross_kv(audio_features)                     # (S, n_layer * 2 n)
         k = np.empty((self.hparams.n_text_layer, n, len(audio_features)), np.uint16)
         v = np.empty_like(k)
-        for il in range(len(k)):
-            to_f16_bits(kv[:, 2 * n * il:2 * n * il + n], k[il])
-            to_f16_bits(kv[:, 2 * n * il + n:2 * n * (il + 1)], v[il])
+        # each layer's k or v rounded to f16 bits as its own job (no GIL), on the pool
+        jobs = [(part, il) for il in range(len(k)) for part in (k, v)]
+        def convert(job):
+            part, il = job
+            col = 2 * n * il + (n if part is v else 0)
+            to_f16_bits(kv[:, col:col + n], part[il])
+        if self._pool is None:
+            for job in jobs:
+                convert(job)
+        else:
+            list(self._pool.map(convert, jobs))
         return k, v
 
     def new_cache(self):
