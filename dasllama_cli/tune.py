@@ -8,6 +8,7 @@ from tqdm import tqdm
 
 from dasllama import kernels
 from dasllama.core import default_model_path
+from dasllama.core.model import DECODE_LAYERS, prefer_threading_layers
 from dasllama.formats.gguf import open_gguf
 from dasllama.kernels import matmul, sidecar
 from dasllama.kernels.tune import Noisy, model_shapes, tune
@@ -49,6 +50,9 @@ def tune_cmd(model_path, budget, threads, show, reset, force, no_warm):
         raise click.ClickException(str(e)) from None
     if not shapes:
         raise click.ClickException(f"{path} has no matrix weights of a format dasllama multiplies: nothing to tune.")
+    # race on the threading layer generation runs on (libgomp's where present): it launches
+    # the parallel regions the races time
+    prefer_threading_layers(DECODE_LAYERS)
     tag_before = sidecar.selection_tag()
     n_types = len({s.qtype for s in shapes})
     with tqdm(total=n_types + len(shapes), desc="tune", unit="step", file=sys.stderr,
