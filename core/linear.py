@@ -25,6 +25,15 @@ class RowPool(ThreadPoolExecutor):
         self.n_threads = n_threads
 
 
+def on_pool(pool, fn, jobs):
+    """fn(job) for each of `jobs`, on `pool` (a RowPool) or, without one, on this thread."""
+    if pool is None:
+        for job in jobs:
+            fn(job)
+    else:
+        list(pool.map(fn, jobs))
+
+
 def over_rows(pool, n_rows, fn):
     """fn(r0, r1) over contiguous blocks of n_rows rows, one per thread of `pool` (a RowPool;
     None, or too few rows to share: one call on this thread)."""
@@ -33,7 +42,7 @@ def over_rows(pool, n_rows, fn):
         fn(0, n_rows)
         return
     bounds = np.linspace(0, n_rows, n_jobs + 1).astype(int)
-    list(pool.map(lambda i: fn(bounds[i], bounds[i + 1]), range(n_jobs)))
+    on_pool(pool, lambda i: fn(bounds[i], bounds[i + 1]), range(n_jobs))
 
 
 def rows_matmul(a, b, pool=None):

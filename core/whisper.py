@@ -31,7 +31,7 @@ from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_ker
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
 from .defaults import cache_dir
-from .linear import KernelLinear, Linear, RowPool, f16_linear, over_rows, rows_matmul
+from .linear import KernelLinear, Linear, RowPool, f16_linear, on_pool, over_rows, rows_matmul
 from .whisper_screen import Q8Screen, StepLogits
 from .model import DECODE_LAYERS, prefer_threading_layers, set_threads
 from .whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
@@ -320,16 +320,13 @@ class WhisperModel:
         self.logits_proj = self._logits_weight()                        # tied to the embedding
         self._screen = None
         if self.logits_proj.qtype == F16:
-            # text rows screened through Q8_0; timestamp rows (a contiguous tail) always f16
-            n_text = self.tokenizer.timestamp_begin
+            # text rows screened through Q8_0; the rest (EOT, the other specials, the
+            # timestamps: a contiguous tail) always f16, all a step computes when the rules
+            # mask the text
+            n_text = self.tokenizer.eot
             self._screen = Q8Screen(self.logits_proj, n_text)
             tail = self.logits_proj.w.view(np.float16).reshape(self.logits_proj.n_rows, -1)[n_text:]
             self._logits_tail = KernelLinear(F16, tail, *tail.shape)
-            # from <|endoftext|> on: all a step needs when a rule will mask the text rows
-            after = self.logits_proj.w.view(np.float16).reshape(self.logits_proj.n_rows, -1)
-            self._logits_after_text = KernelLinear(F16, after[self.tokenizer.eot:],
-                                                   self.logits_proj.n_rows - self.tokenizer.eot,
-                                                   after.shape[1])
         prefixes = [f"decoder.blocks.{i}" for i in range(hp.n_text_layer)]
         self._dec_tables = self._decoder_tables([self._decoder_block(p) for p in prefixes])
         self.dec_ln = self._norm("decoder.ln")
@@ -456,16 +453,8 @@ class WhisperModel:
         k = np.empty((self.hparams.n_text_layer, n, len(audio_features)), np.uint16)
         v = np.empty_like(k)
         # each layer's k or v rounded to f16 bits as its own job (no GIL), on the pool
-        jobs = [(part, il) for il in range(len(k)) for part in (k, v)]
-        def convert(job):
-            part, il = job
-            col = 2 * n * il + (n if part is v else 0)
-            to_f16_bits(kv[:, col:col + n], part[il])
-        if self._pool is None:
-            for job in jobs:
-                convert(job)
-        else:
-            list(self._pool.map(convert, jobs))
+        jobs = [(dst[il], 2 * n * il + off) for il in range(len(k)) for dst, off in ((k, 0), (v, n))]
+        on_pool(self._pool, lambda job: to_f16_bits(kv[:, job[1]:job[1] + n], job[0]), jobs)
         return k, v
 
     def new_cache(self):
@@ -498,11 +487,7 @@ class WhisperModel:
             raise ValueError(f"the decoder context of {hp.n_text_ctx} tokens is full")
         x = layer_norm(self._decoder_layers([token], cache.n, cache, cross), *self.dec_ln)
         cache.n += 1
-        if not text:
-            row = np.full(self.logits_proj.n_rows, -np.inf, np.float32)
-            row[self.tokenizer.eot:] = self._logits_after_text.product(x)[0]
-            return StepLogits(row, np.zeros_like(row), None)
-        return self._screen.step(x, self._logits_tail)
+        return self._screen.step(x, self._logits_tail, text)
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
         """The decoder layers' output (n, n_state) for `tokens` at positions pos0.. (one
@@ -565,12 +550,7 @@ def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
         o /= sums[:, None]
         out[t0:t1, h * d:(h + 1) * d] = o
 
-    jobs = [(h, t0) for h in range(n_head) for t0 in range(0, T, q_chunk)]
-    if pool is None:
-        for job in jobs:
-            tile(job)
-    else:
-        list(pool.map(tile, jobs))
+    on_pool(pool, tile, [(h, t0) for h in range(n_head) for t0 in range(0, T, q_chunk)])
     return out
 
 

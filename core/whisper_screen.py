@@ -40,14 +40,18 @@ class Q8Screen:
         self.w_l1 = (wb.sum(-1) + 32 * err).max(1).astype(np.float32)
         self.x_err = 0.6 / 127 + 2 ** -11 + 2 * (n_cols + 16) * 2.0 ** -24
 
-    def step(self, x, tail):
+    def step(self, x, tail, text=True):
         """StepLogits of one hidden row x (1, n_cols): Q8_0 text rows, then the f16 logits of
-        the rows past them from `tail` (a KernelLinear)."""
+        the rows past them from `tail` (a KernelLinear). text=False (the rules will mask the
+        text rows): those are -inf, and the screen is not read."""
         n_text = self.w_err.size
         row = np.empty(n_text + tail.n_rows, np.float32)
-        row[:n_text] = self.q8.product(x)[0]
         row[n_text:] = tail.product(x)[0]
         margin = np.zeros_like(row)
+        if not text:
+            row[:n_text] = -np.inf
+            return StepLogits(row, margin, None)
+        row[:n_text] = self.q8.product(x)[0]
         screen_margins(x[0], self.w_err, self.w_l1, np.float32(self.x_err),
                        np.float32(self._SLACK), margin)
         return StepLogits(row, margin, lambda ids: KernelLinear(F16, self.f16[ids], len(ids), x.shape[1]).product(x)[0])
@@ -64,6 +68,8 @@ class StepLogits:
         """Make exact, in `logits` (a copy of row with some entries -inf), every finite entry
         below `upto` that could be the largest of them: then the largest of them, its value
         and its id are those of exact logits."""
+        if self._exact is None:                   # nothing screened: exact already
+            return
         ids = contenders(logits[:upto], self.margin[:upto])
         if ids.size:
             exact = self._exact(ids)
