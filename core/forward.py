@@ -51,9 +51,11 @@ def _fvec(fbuf, ftab, layer, slot):
 
 
 @njit(cache=True)
-def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out):
+def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out, have=-1):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
-    batches take the weight's prefill copy where it has one (same result, faster kernel)."""
+    batches take the weight's prefill copy where it has one (same result, faster kernel).
+    have: the activation kind `acts` already holds for this same x (from the previous
+    product on it), which is then not quantised again; returns the kind `acts` holds."""
     T = x.shape[0]
     if T > 1 and ptab[layer, slot, 1] >= 0:
         wbuf, wtab = pbuf, ptab
@@ -64,8 +66,10 @@ def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out):
     xd2 = _view(xd, T, cols // 32)
     xa2 = _view(xa, T, cols // 16)
     xf2 = _view(xf, T, cols)
-    quantize_act(kind, x, xq2, xd2, xa2, xf2)
+    if kind != have:
+        quantize_act(kind, x, xq2, xd2, xa2, xf2)
     matmul(qtype, wbuf[off:], rows, cols, xq2, xd2, xa2, xf2, T, out)
+    return kind
 
 
 @njit(cache=True)
@@ -150,11 +154,11 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
                 k[t, :] = qkv[t, n_head * hd:n_head * hd + n_head_kv * hd]
                 v[t, :] = qkv[t, n_head * hd + n_head_kv * hd:]
         else:
-            _linear(wbuf, wtab, pbuf, ptab, il, W_Q, xn, acts, q)
+            have = _linear(wbuf, wtab, pbuf, ptab, il, W_Q, xn, acts, q)
+            have = _linear(wbuf, wtab, pbuf, ptab, il, W_K, xn, acts, k, have)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_V, xn, acts, v, have)
             _add_bias(fbuf, ftab, il, F_BQ, q)
-            _linear(wbuf, wtab, pbuf, ptab, il, W_K, xn, acts, k)
             _add_bias(fbuf, ftab, il, F_BK, k)
-            _linear(wbuf, wtab, pbuf, ptab, il, W_V, xn, acts, v)
             _add_bias(fbuf, ftab, il, F_BV, v)
         if ftab[il, F_Q_NORM, 1] > 0:
             rms_norm_heads(q, _fvec(fbuf, ftab, il, F_Q_NORM), eps, n_head, hd)
@@ -196,8 +200,8 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
         rms_norm(x, _fvec(fbuf, ftab, il, F_FFN_NORM), eps, xn)
         _trace(trace, 7, il, xn)
         if wtab[il, W_GATE, 1] >= 0:
-            _linear(wbuf, wtab, pbuf, ptab, il, W_GATE, xn, acts, gate)
-            _linear(wbuf, wtab, pbuf, ptab, il, W_UP, xn, acts, up)
+            have = _linear(wbuf, wtab, pbuf, ptab, il, W_GATE, xn, acts, gate)
+            _linear(wbuf, wtab, pbuf, ptab, il, W_UP, xn, acts, up, have)
         else:
             gu = _view(shid, T, 2 * n_ff)     # phi3: ffn_up holds [gate; up]
             _linear(wbuf, wtab, pbuf, ptab, il, W_UP, xn, acts, gu)

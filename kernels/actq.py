@@ -12,6 +12,7 @@ The caller owns the buffers (T = tokens, C = features):
     xa f32  (T, C // 16)   Q8_1: xa[t, i] = f16(d * sum q) per block; Q8_K: bsums per 16
     xf f32  (T, C)         float weights: x rounded to f16 / bf16, or copied for F32
 """
+import numba
 import numpy as np
 from numba import njit
 
@@ -110,20 +111,33 @@ def quantize_row_q8_k(x, xq, xd, xa):
         xd[b] = np.float32(1) / iscale
 
 
-@njit(**JIT)
+@njit(**JIT, inline="always")
+def _quantize_row(kind, x, xq, xd, xa, xf):
+    if kind == ACT_Q8_0 or kind == ACT_Q8_1:
+        quantize_row_q8_0(x, xq, xd, xa, kind == ACT_Q8_1)
+    elif kind == ACT_Q8_K:
+        quantize_row_q8_k(x, xq, xd, xa)
+    elif kind == ACT_F16:
+        for e in range(x.shape[0]):
+            xf[e] = round_f16(x[e])
+    elif kind == ACT_BF16:
+        for e in range(x.shape[0]):
+            xf[e] = _round_bf16(x[e])
+    else:
+        for e in range(x.shape[0]):
+            xf[e] = x[e]
+
+
+PAR_ROWS = 16   # rows from which a batch is quantised on the thread pool (rows are independent)
+
+
+@njit(**JIT, parallel=True)
 def quantize_act(kind, x, xq, xd, xa, xf):
     """Fill the buffers of `kind` from x (T, C) f32, for the first T rows."""
-    for t in range(x.shape[0]):
-        if kind == ACT_Q8_0 or kind == ACT_Q8_1:
-            quantize_row_q8_0(x[t], xq[t], xd[t], xa[t], kind == ACT_Q8_1)
-        elif kind == ACT_Q8_K:
-            quantize_row_q8_k(x[t], xq[t], xd[t], xa[t])
-        elif kind == ACT_F16:
-            for e in range(x.shape[1]):
-                xf[t, e] = round_f16(x[t, e])
-        elif kind == ACT_BF16:
-            for e in range(x.shape[1]):
-                xf[t, e] = _round_bf16(x[t, e])
-        else:
-            for e in range(x.shape[1]):
-                xf[t, e] = x[t, e]
+    T = x.shape[0]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _quantize_row(kind, x[t], xq[t], xd[t], xa[t], xf[t])
+    else:
+        for t in numba.prange(T):
+            _quantize_row(kind, x[t], xq[t], xd[t], xa[t], xf[t])

@@ -1,7 +1,9 @@
-"""Register tiles for the tiled flash attention (ops.attention_tiled): C[R, 16 W] += A[R, K] B[K, 16 W]
+"""Register tiles for the tiled flash attention (ops.attention_tiled): C[R, L W] += A[R, K] B[K, L W]
 with every element of C one fma chain over k in order, so the result is bit for bit the
-plain loop's (`for k: c = fma(a[r, k], b[k, j], c)`) while R x W accumulators of 16 lanes stay
-in registers for the whole k loop.
+plain loop's (`for k: c = fma(a[r, k], b[k, j], c)`) while R x W accumulators of L lanes stay
+in registers for the whole k loop. L is the machine's vector width (16 with AVX-512, 8
+otherwise) and R x W must fit its register file: with AVX2's sixteen ymm registers, 4 x 4
+accumulators of 16 lanes (32 ymm) spilled on every fma and ran at a third of the FMA rate.
 
 Scores are A = queries (rows r, features k), B = the key tile transposed (features k, keys j);
 the weighted values are A = probabilities (rows r, keys k), B = the value tile (keys k,
@@ -9,20 +11,22 @@ features j). numba alone keeps such accumulators in memory (one load and store p
 """
 from numba.extending import intrinsic
 
-from .ir import F32T, I8, I64, V16F32, Gen, i64_call
+from .ir import F32T, I8, I64, Gen, i64_call, vec
 from .simd import _loop
 
 _tiles = {}
 
 
-def outer_tile(rows, width):
+def outer_tile(rows, width, lanes=16):
     """numba intrinsic tile(a, a_rs, a_ks, b, b_rs, c, c_rs, k): addresses as int64, strides
-    in bytes; C (rows x 16*width f32 at c) += A (rows x k at a, element (r, k) at
-    a + r*a_rs + k*a_ks) times B (k x 16*width at b, row k at b + k*b_rs)."""
-    key = (rows, width)
+    in bytes; C (rows x lanes*width f32 at c) += A (rows x k at a, element (r, k) at
+    a + r*a_rs + k*a_ks) times B (k x lanes*width at b, row k at b + k*b_rs)."""
+    key = (rows, width, lanes)
     if key in _tiles:
         return _tiles[key]
-    name = f"dasllama_outer_tile_{rows}x{width}"
+    name = f"dasllama_outer_tile_{rows}x{width}" + ("" if lanes == 16 else f"x{lanes}")
+    VF = vec(F32T, lanes)
+    vbytes = 4 * lanes
 
     def emit(b, args):
         g = Gen(b)
@@ -30,19 +34,19 @@ def outer_tile(rows, width):
         a_p, b_p, c_p = (b.inttoptr(v, I8.as_pointer()) for v in (a_addr, b_addr, c_addr))
         c_rows = [g.at(c_p, b.mul(g.c(I64, r), c_rs)) for r in range(rows)]
         a_rows = [g.at(a_p, b.mul(g.c(I64, r), a_rs)) for r in range(rows)]
-        init = [g.load(c_rows[r], 64 * w, V16F32) for r in range(rows) for w in range(width)]
+        init = [g.load(c_rows[r], vbytes * w, VF) for r in range(rows) for w in range(width)]
 
         def step(k, acc):
             b_row = g.at(b_p, b.mul(k, b_rs))
-            bv = [g.load(b_row, 64 * w, V16F32) for w in range(width)]
+            bv = [g.load(b_row, vbytes * w, VF) for w in range(width)]
             a_off = b.mul(k, a_ks)
-            av = [g.splat(g.load(a_rows[r], a_off, F32T), 16) for r in range(rows)]
+            av = [g.splat(g.load(a_rows[r], a_off, F32T), lanes) for r in range(rows)]
             return [g.fma(av[r], bv[w], acc[r * width + w]) for r in range(rows) for w in range(width)]
 
         acc = _loop(g, g.c(I64, 0), n_k, init, step)
         for r in range(rows):
             for w in range(width):
-                ptr = b.bitcast(g.at(c_rows[r], 64 * w), V16F32.as_pointer())
+                ptr = b.bitcast(g.at(c_rows[r], vbytes * w), VF.as_pointer())
                 b.store(acc[r * width + w], ptr).align = 1
 
     @intrinsic

@@ -30,39 +30,87 @@ F16_LANES = 16 if "avx512f" in probe().features else 8
 EXP_LANES = 16 if {"avx512f", "avx512dq"} <= set(probe().features) else 8
 
 
-@njit(cache=True, boundscheck=False)
+# Batches of this many rows and more run the row-wise ops below on the thread pool; fewer
+# (a decode step) stay on the calling thread, where a parallel region would cost more than
+# the work (each row is independent, so the split never changes a result).
+PAR_ROWS = 16
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _rms_norm_row(x, w, eps, out):
+    n = x.shape[0]
+    s = 0.0
+    for i in range(n):
+        v = x[i] * x[i]
+        s += np.float64(v)
+    mean = np.float32(s / n)
+    scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+    for i in range(n):
+        out[i] = (x[i] * scale) * w[i]
+
+
+@njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm(x, w, eps, out):
     """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (T, n); w: (n,)."""
-    T, n = x.shape
-    for t in range(T):
+    T = x.shape[0]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _rms_norm_row(x[t], w, eps, out[t])
+    else:
+        for t in prange(T):
+            _rms_norm_row(x[t], w, eps, out[t])
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _rms_norm_heads_row(x, w, eps, n_heads, head_dim):
+    for h in range(n_heads):
+        base = h * head_dim
         s = 0.0
-        for i in range(n):
-            v = x[t, i] * x[t, i]
+        for i in range(head_dim):
+            v = x[base + i] * x[base + i]
             s += np.float64(v)
-        mean = np.float32(s / n)
+        mean = np.float32(s / head_dim)
         scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
-        for i in range(n):
-            out[t, i] = (x[t, i] * scale) * w[i]
+        for i in range(head_dim):
+            x[base + i] = (x[base + i] * scale) * w[i]
 
 
-@njit(cache=True, boundscheck=False)
+@njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm_heads(x, w, eps, n_heads, head_dim):
     """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm)."""
     T = x.shape[0]
-    for t in range(T):
-        for h in range(n_heads):
-            base = h * head_dim
-            s = 0.0
-            for i in range(head_dim):
-                v = x[t, base + i] * x[t, base + i]
-                s += np.float64(v)
-            mean = np.float32(s / head_dim)
-            scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
-            for i in range(head_dim):
-                x[t, base + i] = (x[t, base + i] * scale) * w[i]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
+    else:
+        for t in prange(T):
+            _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
 
 
-@njit(cache=True, boundscheck=False)
+@njit(cache=True, boundscheck=False, inline="always")
+def _rope_row(x, pos, n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t):
+    half = n_rot // 2
+    theta = np.float32(pos)
+    for i in range(half):
+        cos_t[i] = math.cos(theta)
+        sin_t[i] = math.sin(theta)
+        theta = np.float32(theta * theta_scale)
+    for h in range(n_heads):
+        base = h * head_dim
+        for i in range(half):
+            if mode == ROPE_NEOX:
+                a = base + i
+                b = base + i + half
+            else:
+                a = base + 2 * i
+                b = a + 1
+            x0 = x[a]
+            x1 = x[b]
+            x[a] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
+            x[b] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
+
+
+@njit(cache=True, boundscheck=False, parallel=True)
 def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
     """Rotate the first n_rot dims of every head of x (T, n_heads*head_dim) in place.
 
@@ -72,28 +120,17 @@ def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
     """
     T = x.shape[0]
     half = n_rot // 2
-    cos_t = np.empty(half, np.float32)
-    sin_t = np.empty(half, np.float32)
     theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_rot)
-    for t in range(T):
-        theta = np.float32(positions[t])
-        for i in range(half):
-            cos_t[i] = math.cos(theta)
-            sin_t[i] = math.sin(theta)
-            theta = np.float32(theta * theta_scale)
-        for h in range(n_heads):
-            base = h * head_dim
-            for i in range(half):
-                if mode == ROPE_NEOX:
-                    a = base + i
-                    b = base + i + half
-                else:
-                    a = base + 2 * i
-                    b = a + 1
-                x0 = x[t, a]
-                x1 = x[t, b]
-                x[t, a] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
-                x[t, b] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
+    if T < PAR_ROWS:
+        cos_t = np.empty(half, np.float32)
+        sin_t = np.empty(half, np.float32)
+        for t in range(T):
+            _rope_row(x[t], positions[t], n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t)
+    else:
+        for t in prange(T):
+            cos_t = np.empty(half, np.float32)
+            sin_t = np.empty(half, np.float32)
+            _rope_row(x[t], positions[t], n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t)
 
 
 def gelu_table():
@@ -114,19 +151,28 @@ def gelu_table():
     return g.astype(np.float16).astype(np.float32)
 
 
-@njit(cache=True, boundscheck=False)
+@njit(cache=True, boundscheck=False, inline="always")
+def _geglu_row(gate, up, table, out):
+    for i in range(gate.shape[0]):
+        g = gate[i]
+        if g <= np.float32(-10.0):
+            out[i] = np.float32(0.0)
+        elif g >= np.float32(10.0):
+            out[i] = g * up[i]
+        else:
+            out[i] = table[f32_to_f16(g)] * up[i]
+
+
+@njit(cache=True, boundscheck=False, parallel=True)
 def geglu(gate, up, table, out):
     """out = gelu(gate) * up, gelu through the f16 table (ggml_vec_geglu_f32). (T, n)."""
-    T, n = gate.shape
-    for t in range(T):
-        for i in range(n):
-            g = gate[t, i]
-            if g <= np.float32(-10.0):
-                out[t, i] = np.float32(0.0)
-            elif g >= np.float32(10.0):
-                out[t, i] = g * up[t, i]
-            else:
-                out[t, i] = table[f32_to_f16(g)] * up[t, i]
+    T = gate.shape[0]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _geglu_row(gate[t], up[t], table, out[t])
+    else:
+        for t in prange(T):
+            _geglu_row(gate[t], up[t], table, out[t])
 
 
 # ggml_v_expf's constants (vec.h), exact as float32
@@ -205,19 +251,31 @@ def _v_expf_avx2(x):
     return s1 * s1 if an > np.float32(192.0) else y
 
 
-@njit(cache=True, boundscheck=False)
+@njit(cache=True, boundscheck=False, error_model="numpy", inline="always")
+def _swiglu_row(gate, up, out):
+    n = gate.shape[0]
+    n_vec = n - n % EXP_LANES
+    for i in range(n_vec):
+        g = gate[i]
+        out[i] = (g / (np.float32(1.0) + v_expf(np.float32(0.0) - g))) * up[i]
+    for i in range(n_vec, n):
+        g = gate[i]
+        out[i] = (g / (np.float32(1.0) + np.float32(math.exp(-g)))) * up[i]
+
+
+# error_model="numpy": python's model checks each division for zero, which kept the loop
+# scalar (4x slower)
+@njit(cache=True, boundscheck=False, error_model="numpy", parallel=True)
 def swiglu(gate, up, out):
     """out = silu(gate) * up, as ggml_vec_swiglu_f32: lanes of EXP_LANES through ggml_v_silu
     (x / (1 + ggml_v_expf(-x))), the tail of n % EXP_LANES through expf. (T, n)."""
-    T, n = gate.shape
-    n_vec = n - n % EXP_LANES
-    for t in range(T):
-        for i in range(n_vec):
-            g = gate[t, i]
-            out[t, i] = (g / (np.float32(1.0) + v_expf(np.float32(0.0) - g))) * up[t, i]
-        for i in range(n_vec, n):
-            g = gate[t, i]
-            out[t, i] = (g / (np.float32(1.0) + np.float32(math.exp(-g)))) * up[t, i]
+    T = gate.shape[0]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _swiglu_row(gate[t], up[t], out[t])
+    else:
+        for t in prange(T):
+            _swiglu_row(gate[t], up[t], out[t])
 
 
 @njit(cache=True, boundscheck=False)
@@ -412,25 +470,79 @@ def _cache_to_f32(cache, n, off, width, dst):
 
 
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
-FA_R = 4          # query rows per register tile (R x 64 scores, R x 64 values in registers)
-FA_ROWS = 16      # query rows of one head that share a tile's loads (any size gives the same)
+# Register tiles of the scores and values: FA_R query rows x FA_COLS columns (4 vectors of
+# FA_LANES), sized to the register file (AVX-512: 4 x 4 of 32 zmm; AVX2: 3 x 4 of 16 ymm)
+FA_LANES = 16 if "avx512f" in probe().features else 8
+FA_R = 4 if FA_LANES == 16 else 3
+FA_COLS = 4 * FA_LANES
+FA_ROWS = 5 * FA_R  # query rows of one head that share a tile's loads (any size gives the same)
 
 
 @njit(cache=True, boundscheck=False)
-def _cache_to_f32_t(cache, n, off, width, dst):
-    """dst[d, j] = cache[j, off + d] as f32 (keys transposed, as ggml packs its K tile)."""
-    for j in range(n):
-        for d in range(width):
-            dst[d, j] = f16_to_f32(cache[j, off + d])
+def _key_tiles(cache, n, off, width, dst):
+    """dst[tile, d, k] = cache[64 tile + k, off + d] as f32, zero past n: each key tile
+    transposed (features by keys, as ggml packs it) and contiguous, so the score tile's k loop
+    walks 256-byte rows rather than rows one cache-size stride apart (which thrashed L1 and L2:
+    ~8x slower scores)."""
+    for tile in range(dst.shape[0]):
+        j0 = tile * FA_TILE_KV
+        for k in range(FA_TILE_KV):
+            j = j0 + k
+            if j < n:
+                for d in range(width):
+                    dst[tile, d, k] = f16_to_f32(cache[j, off + d])
+            else:
+                for d in range(width):
+                    dst[tile, d, k] = 0.0
 
 
-_o14, _o24, _o34, _o44 = (outer_tile(r, 4) for r in (1, 2, 3, 4))
-_o11, _o21, _o31, _o41 = (outer_tile(r, 1) for r in (1, 2, 3, 4))
+@njit(cache=True, boundscheck=False)
+def _value_tiles(cache, n, off, width, dst):
+    """dst[tile, c, k, i] = cache[64 tile + k, off + FA_COLS c + i] as f32, zero past n and
+    past width: each key tile's values cut into column chunks of FA_COLS, each chunk
+    contiguous, so the value tile's k loop walks consecutive rows."""
+    for tile in range(dst.shape[0]):
+        for c in range(dst.shape[1]):
+            for k in range(FA_TILE_KV):
+                j = tile * FA_TILE_KV + k
+                for i in range(FA_COLS):
+                    d = c * FA_COLS + i
+                    dst[tile, c, k, i] = f16_to_f32(cache[j, off + d]) if j < n and d < width else 0.0
+
+
+@njit(cache=True, boundscheck=False, fastmath={"nnan", "nsz"})
+def _row_max(row, a, b):
+    """max(row[a:b]) (b > a). A max does not depend on its order (scores are never NaN, and
+    -0 against +0 changes nothing downstream), so the loop may vectorise."""
+    m = row[a]
+    for i in range(a + 1, b):
+        m = max(m, row[i])
+    return m
+
+
+@njit(cache=True, boundscheck=False)
+def _scores_exp(row, m):
+    """row[k] = ggml_v_expf(row[k] - m) over the tile, as one flat (vectorisable) loop; masked
+    keys hold -inf and give 0. Returns the sum in ggml_vec_soft_max_f32's order: per EXP_LANES
+    lanes a horizontal sum, added in double."""
+    for k in range(FA_TILE_KV):
+        row[k] = v_expf(row[k] - m)
+    total = 0.0
+    for c in range(0, FA_TILE_KV, EXP_LANES):
+        if EXP_LANES == 16:
+            total += np.float64(_reduce16(row[c:c + 16]))
+        else:
+            total += np.float64(hsum8(row[c:c + 8]))
+    return total
+
+
+_o14, _o24, _o34, _o44 = (outer_tile(r, 4, FA_LANES) for r in (1, 2, 3, 4))
+_o11, _o21, _o31, _o41 = (outer_tile(r, 1, FA_LANES) for r in (1, 2, 3, 4))
 
 
 @njit(cache=True, inline="always")
 def _outer(rows, width, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
-    """fa_tiles.outer_tile(rows, width) for rows 1..4, width 4 or 1 (16-lane vectors)."""
+    """fa_tiles.outer_tile(rows, width) for rows 1..4, width 4 or 1 (vectors of FA_LANES)."""
     if width == 4:
         if rows == 4:
             _o44(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
@@ -465,11 +577,16 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
     if softcap != 0.0:
         scale = scale / softcap
     n_tiles = (n_kv + FA_TILE_KV - 1) // FA_TILE_KV
-    kf = np.zeros((n_head_kv, head_dim, n_tiles * FA_TILE_KV), np.float32)
-    vf = np.zeros((n_head_kv, n_tiles * FA_TILE_KV, head_dim_v), np.float32)
-    for g in prange(n_head_kv):
-        _cache_to_f32_t(kcache, n_kv, g * head_dim, head_dim, kf[g])
-        _cache_to_f32(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
+    kf = np.empty((n_head_kv, n_tiles, head_dim, FA_TILE_KV), np.float32)
+    n_chunks = (head_dim_v + FA_COLS - 1) // FA_COLS
+    vf = np.empty((n_head_kv, n_tiles, n_chunks, FA_TILE_KV, FA_COLS), np.float32)
+    for job in prange(2 * n_head_kv):
+        g = job // 2
+        if job % 2 == 0:
+            _key_tiles(kcache, n_kv, g * head_dim, head_dim, kf[g])
+        else:
+            _value_tiles(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
+    hdv_pad = n_chunks * FA_COLS
     n_blocks = (T + FA_ROWS - 1) // FA_ROWS
     q_p, kf_p, vf_p = np.int64(q.ctypes.data), np.int64(kf.ctypes.data), np.int64(vf.ctypes.data)
     qs = q.strides[0]
@@ -479,7 +596,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
         nr = min(FA_ROWS, T - t0)
         g = h // group
         kq = np.empty((FA_ROWS, FA_TILE_KV), np.float32)
-        acc = np.zeros((FA_ROWS, head_dim_v), np.float32)
+        acc = np.zeros((FA_ROWS, hdv_pad), np.float32)
         kq_p, acc_p, kq_rs = np.int64(kq.ctypes.data), np.int64(acc.ctypes.data), FA_TILE_KV * 4
         M = np.full(FA_ROWS, -np.inf, np.float32)
         S = np.zeros(FA_ROWS, np.float32)
@@ -489,28 +606,34 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
             lo0 = max(0, pos0 + t0 - n_swa + 1)
         for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
             kq[:, :] = 0.0
-            k_tile = kf_p + (g * head_dim * kf.shape[2] + ic) * 4
+            k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
             for r in range(0, nr, FA_R):
-                _outer(min(FA_R, nr - r), 4, q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4, k_tile,
-                       kf.shape[2] * 4, kq_p + r * kq_rs, kq_rs, head_dim)
+                for c0 in range(0, FA_TILE_KV, FA_COLS):
+                    _outer(min(FA_R, nr - r), 4, q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4,
+                           k_tile + c0 * 4, FA_TILE_KV * 4, kq_p + r * kq_rs + c0 * 4, kq_rs, head_dim)
             for r in range(nr):
                 p = pos0 + t0 + r
                 lo = 0
                 if n_swa > 0 and p - n_swa + 1 > 0:
                     lo = p - n_swa + 1
-                tile_max = np.float32(-np.inf)
-                for tk in range(FA_TILE_KV):
-                    j = ic + tk
-                    if j < lo or j > p:
-                        kq[r, tk] = np.float32(-np.inf)
-                        continue
-                    sc = kq[r, tk] * np.float32(scale)
-                    if softcap != 0.0:
-                        sc = np.float32(math.tanh(sc)) * np.float32(softcap)
-                    kq[r, tk] = sc
-                    if sc > tile_max:
-                        tile_max = sc
-                live[r] = tile_max != -np.inf   # all keys masked: ggml skips the row
+                a = max(lo, ic) - ic            # the tile's keys this row sees: a..b-1
+                b = min(p + 1, ic + FA_TILE_KV) - ic
+                live[r] = False                 # all keys masked: ggml skips the row
+                if a >= b:
+                    continue
+                row = kq[r]
+                for tk in range(a):
+                    row[tk] = np.float32(-np.inf)
+                for tk in range(b, FA_TILE_KV):
+                    row[tk] = np.float32(-np.inf)
+                if softcap != 0.0:
+                    for tk in range(a, b):
+                        row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
+                else:
+                    for tk in range(a, b):
+                        row[tk] = row[tk] * np.float32(scale)
+                tile_max = _row_max(row, a, b)
+                live[r] = tile_max != -np.inf
                 if not live[r]:
                     continue
                 m_new = max(M[r], tile_max)
@@ -520,16 +643,9 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
                         acc[r, d] = acc[r, d] * ms
                     S[r] = S[r] * ms
                 M[r] = m_new
-                total = 0.0
-                for c in range(0, FA_TILE_KV, EXP_LANES):
-                    for tk in range(c, c + EXP_LANES):
-                        kq[r, tk] = v_expf(kq[r, tk] - m_new)
-                    if EXP_LANES == 16:
-                        total += np.float64(_reduce16(kq[r, c:c + 16]))
-                    else:
-                        total += np.float64(hsum8(kq[r, c:c + 8]))
+                total = _scores_exp(row, m_new)
                 S[r] = np.float32(np.float64(S[r]) + total)
-            v_tile = vf_p + (g * vf.shape[1] + ic) * head_dim_v * 4
+            v_tile = vf_p + (g * n_tiles + ic // FA_TILE_KV) * n_chunks * FA_TILE_KV * FA_COLS * 4
             all_live = True
             for r in range(nr):
                 all_live = all_live and live[r]
@@ -538,16 +654,9 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
                 if not live[r]:
                     continue
                 rows = min(step, nr - r)
-                for d0 in range(0, head_dim_v - head_dim_v % 64, 64):
-                    _outer(rows, 4, kq_p + r * kq_rs, kq_rs, 4, v_tile + d0 * 4, head_dim_v * 4,
-                           acc_p + (r * head_dim_v + d0) * 4, head_dim_v * 4, FA_TILE_KV)
-                for d0 in range(head_dim_v - head_dim_v % 64, head_dim_v - head_dim_v % 16, 16):
-                    _outer(rows, 1, kq_p + r * kq_rs, kq_rs, 4, v_tile + d0 * 4, head_dim_v * 4,
-                           acc_p + (r * head_dim_v + d0) * 4, head_dim_v * 4, FA_TILE_KV)
-                for rr in range(r, r + rows):
-                    for tk in range(FA_TILE_KV):
-                        for d in range(head_dim_v - head_dim_v % 16, head_dim_v):
-                            acc[rr, d] = fma_f32(kq[rr, tk], vf[g, ic + tk, d], acc[rr, d])
+                for c in range(n_chunks):
+                    _outer(rows, 4, kq_p + r * kq_rs, kq_rs, 4, v_tile + c * FA_TILE_KV * FA_COLS * 4,
+                           FA_COLS * 4, acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
         for r in range(nr):
             inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
             for d in range(head_dim_v):
