@@ -82,6 +82,19 @@ def f32_bits(typingctx, x):
     return sig, codegen
 
 
+@intrinsic
+def keep_alive(typingctx, arr):
+    """A use of `arr` that no pass removes. numba frees an array after its last use in the
+    function; a kernel that hands an array's raw address to IR tiles must call this after the
+    last tile, or the memory may be freed (and reused) while the tiles still read it."""
+    sig = types.void(arr)
+
+    def codegen(context, builder, signature, args):
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def i64_call(n_args, name, emit):
     """(signature, codegen) of an @intrinsic that calls the internal LLVM function `name`
     (n_args i64 -> void), whose body emit(builder, args) writes once per module: the form of

@@ -14,7 +14,7 @@ from .actq import round_f16
 from .cpu import probe
 from .dots import hsum8
 from .fa_tiles import outer_tile
-from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32
+from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -661,3 +661,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
             inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
             for d in range(head_dim_v):
                 out[t0 + r, h * head_dim_v + d] = acc[r, d] * inv
+    # numba frees an array after its last use in the function, and the tiles above reach kf
+    # and vf by raw address only: these uses keep them alive until here
+    keep_alive(kf)
+    keep_alive(vf)
