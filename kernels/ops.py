@@ -127,10 +127,10 @@ def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
         for t in range(T):
             _rope_row(x[t], positions[t], n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t)
     else:
+        angles = np.empty((T, 2, half), np.float32)    # each row's cos and sin tables
         for t in prange(T):
-            cos_t = np.empty(half, np.float32)
-            sin_t = np.empty(half, np.float32)
-            _rope_row(x[t], positions[t], n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t)
+            _rope_row(x[t], positions[t], n_heads, head_dim, n_rot, theta_scale, mode,
+                      angles[t, 0], angles[t, 1])
 
 
 def gelu_table():

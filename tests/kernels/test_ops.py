@@ -42,6 +42,59 @@ def test_rope(mode, n_rot):
     assert nmse(x, ref) < 1e-9
 
 
+def test_row_ops_batch_equals_rows():
+    """From ops.PAR_ROWS rows on the row-wise ops (and the activation quantiser) split rows
+    over the thread pool; every row must come out bit for bit as it does alone."""
+    from dasllama.kernels.actq import act_buffers, quantize_act
+    T = ops.PAR_ROWS + 5
+    x = rng.standard_normal((T, 256)).astype(np.float32) * 3
+    w = rng.standard_normal(256).astype(np.float32)
+    up = rng.standard_normal((T, 256)).astype(np.float32)
+    positions = np.arange(40, 40 + T, dtype=np.int64)
+    tab = ops.gelu_table()
+
+    def both(fn):
+        """fn's result on all rows at once and row by row."""
+        return fn(slice(0, T)), np.concatenate([fn(slice(t, t + 1)) for t in range(T)])
+
+    def norm(s):
+        out = np.empty_like(x[s])
+        ops.rms_norm(x[s], w, 1e-6, out)
+        return out
+
+    def norm_heads(s):
+        y = x[s].copy()
+        ops.rms_norm_heads(y, w[:64], 1e-6, 4, 64)
+        return y
+
+    def rope(s):
+        y = x[s].copy()
+        ops.rope(y, positions[s], 4, 64, 64, 10000.0, ops.ROPE_NEOX)
+        return y
+
+    def glu(kind):
+        def run(s):
+            out = np.empty_like(x[s])
+            if kind == "geglu":
+                ops.geglu(x[s], up[s], tab, out)
+            else:
+                ops.swiglu(x[s], up[s], out)
+            return out
+        return run
+
+    def quant(kind):
+        def run(s):
+            n = s.stop - s.start
+            bufs = act_buffers(n, 256)
+            quantize_act(kind, x[s], *bufs)
+            return np.concatenate([b.reshape(n, -1).view(np.uint8) for b in bufs], axis=1)
+        return run
+
+    for fn in (norm, norm_heads, rope, glu("geglu"), glu("swiglu"), quant(8), quant(9), quant(15)):
+        batch, rows = both(fn)
+        np.testing.assert_array_equal(batch, rows)
+
+
 def test_gelu_table_and_geglu():
     gate = rng.standard_normal((4, 300)).astype(np.float32) * 4
     gate[0, :3] = (-11.0, 11.0, 0.0)
