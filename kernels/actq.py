@@ -128,7 +128,9 @@ def _quantize_row(kind, x, xq, xd, xa, xf):
             xf[e] = x[e]
 
 
-PAR_ROWS = 16   # rows from which a batch is quantised on the thread pool (rows are independent)
+# rows from which a batch is quantised on the thread pool (rows are independent; ops.py's
+# row-wise ops use the same threshold)
+PAR_ROWS = 16
 
 
 @njit(**JIT, parallel=True)

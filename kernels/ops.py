@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .actq import round_f16
+from .actq import PAR_ROWS, round_f16
 from .cpu import probe
 from .dots import hsum8
 from .fa_tiles import outer_tile
@@ -30,10 +30,9 @@ F16_LANES = 16 if "avx512f" in probe().features else 8
 EXP_LANES = 16 if {"avx512f", "avx512dq"} <= set(probe().features) else 8
 
 
-# Batches of this many rows and more run the row-wise ops below on the thread pool; fewer
-# (a decode step) stay on the calling thread, where a parallel region would cost more than
-# the work (each row is independent, so the split never changes a result).
-PAR_ROWS = 16
+# Batches of PAR_ROWS rows and more (actq's threshold, shared) run the row-wise ops below on
+# the thread pool; fewer (a decode step) stay on the calling thread, where a parallel region
+# would cost more than the work (each row is independent, so the split never changes a result).
 
 
 @njit(cache=True, boundscheck=False, inline="always")
@@ -462,13 +461,6 @@ def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, hea
             out[0, h * head_dim_v + d] = vkq[d]
 
 
-@njit(cache=True, boundscheck=False)
-def _cache_to_f32(cache, n, off, width, dst):
-    for j in range(n):
-        for d in range(width):
-            dst[j, d] = f16_to_f32(cache[j, off + d])
-
-
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
 # Register tiles of the scores and values: FA_R query rows x FA_COLS columns (4 vectors of
 # FA_LANES), sized to the register file (AVX-512: 4 x 4 of 32 zmm; AVX2: 3 x 4 of 16 ymm)
@@ -536,30 +528,20 @@ def _scores_exp(row, m):
     return total
 
 
-_o14, _o24, _o34, _o44 = (outer_tile(r, 4, FA_LANES) for r in (1, 2, 3, 4))
-_o11, _o21, _o31, _o41 = (outer_tile(r, 1, FA_LANES) for r in (1, 2, 3, 4))
+_o1, _o2, _o3, _o4 = (outer_tile(r, 4, FA_LANES) for r in (1, 2, 3, 4))
 
 
 @njit(cache=True, inline="always")
-def _outer(rows, width, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
-    """fa_tiles.outer_tile(rows, width) for rows 1..4, width 4 or 1 (vectors of FA_LANES)."""
-    if width == 4:
-        if rows == 4:
-            _o44(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-        elif rows == 3:
-            _o34(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-        elif rows == 2:
-            _o24(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-        else:
-            _o14(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-    elif rows == 4:
-        _o41(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+def _outer(rows, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
+    """fa_tiles.outer_tile(rows, 4) for rows 1..4: FA_COLS columns."""
+    if rows == 4:
+        _o4(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
     elif rows == 3:
-        _o31(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+        _o3(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
     elif rows == 2:
-        _o21(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+        _o2(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
     else:
-        _o11(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+        _o1(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
@@ -609,7 +591,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
             k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
             for r in range(0, nr, FA_R):
                 for c0 in range(0, FA_TILE_KV, FA_COLS):
-                    _outer(min(FA_R, nr - r), 4, q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4,
+                    _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4,
                            k_tile + c0 * 4, FA_TILE_KV * 4, kq_p + r * kq_rs + c0 * 4, kq_rs, head_dim)
             for r in range(nr):
                 p = pos0 + t0 + r
@@ -655,7 +637,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
                     continue
                 rows = min(step, nr - r)
                 for c in range(n_chunks):
-                    _outer(rows, 4, kq_p + r * kq_rs, kq_rs, 4, v_tile + c * FA_TILE_KV * FA_COLS * 4,
+                    _outer(rows, kq_p + r * kq_rs, kq_rs, 4, v_tile + c * FA_TILE_KV * FA_COLS * 4,
                            FA_COLS * 4, acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
         for r in range(nr):
             inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
