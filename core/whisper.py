@@ -25,7 +25,7 @@ from gguf.quants import dequantize, quantize
 from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import ct2, whisper_ggml
-from dasllama.kernels.attend import to_f16_bits
+from dasllama.kernels.attend import bias_f16_bits
 from dasllama.kernels.decoder_step import decoder_layers
 from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel, softmax_rows
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
@@ -330,10 +330,13 @@ class WhisperModel:
         prefixes = [f"decoder.blocks.{i}" for i in range(hp.n_text_layer)]
         self._dec_tables = self._decoder_tables([self._decoder_block(p) for p in prefixes])
         self.dec_ln = self._norm("decoder.ln")
-        # every layer's cross-attention k|v in one float32 product (one sgemm, not n_layer)
-        kv = [self._fused(f"{p}.cross_attn", ("key", "value")) for p in prefixes]
-        self._cross_kv = Linear(np.concatenate([p.w for p in kv]),
-                                np.concatenate([p.bias for p in kv]), self._pool)
+        # every layer's cross-attention keys, then every layer's values, as one float32
+        # matrix (one product per window, not 2 n_layer); Whisper's key has no bias
+        w = [self._array(f"{p}.cross_attn.{part}.weight") for part in ("key", "value")
+             for p in prefixes]
+        b = [np.zeros(len(w[0]), np.float32)] * len(prefixes)
+        b += [self._array(f"{p}.cross_attn.value.bias") for p in prefixes]
+        self._cross_kv = Linear(np.concatenate(w), np.concatenate(b), self._pool)
 
     def _decoder_tables(self, blocks):
         """The decoder layers' weights stacked by layer, as kernels.decoder_step takes them:
@@ -446,16 +449,23 @@ class WhisperModel:
     def cross_kv(self, audio_features):
         """The cross-attention keys and values of a window (once per window), as f16 bits
         (whisper.cpp's kv_cross type), each transposed by layer: (k, v), each (n_text_layer,
-        n_text_state, n_audio_ctx) uint16."""
+        n_text_state, n_audio_ctx) uint16.
+
+        Computed transposed, W_kv features^T, in row blocks on the pool, each block rounded
+        to f16 as soon as its product is done: the result is already in the layout the decoder
+        reads, so the rounding is one contiguous pass (a transposing one took a quarter of
+        this)."""
+        hp, lin = self.hparams, self._cross_kv
+        out = np.empty((2, hp.n_text_layer, hp.n_text_state, len(audio_features)), np.uint16)
+        flat = out.reshape(len(lin.w), -1)
+        feats_t = np.ascontiguousarray(audio_features).T
+
+        def block(r0, r1):
+            bias_f16_bits(lin.w[r0:r1] @ feats_t, lin.bias[r0:r1], flat[r0:r1])
+
         with _BLAS.limit(limits=1, user_api="blas"):
-            n = self.hparams.n_text_state
-            kv = self._cross_kv(audio_features)                     # (S, n_layer * 2 n)
-        k = np.empty((self.hparams.n_text_layer, n, len(audio_features)), np.uint16)
-        v = np.empty_like(k)
-        # each layer's k or v rounded to f16 bits as its own job (no GIL), on the pool
-        jobs = [(dst[il], 2 * n * il + off) for il in range(len(k)) for dst, off in ((k, 0), (v, n))]
-        on_pool(self._pool, lambda job: to_f16_bits(kv[:, job[1]:job[1] + n], job[0]), jobs)
-        return k, v
+            over_rows(self._pool, len(lin.w), block)
+        return out[0], out[1]
 
     def new_cache(self):
         return DecoderCache(self.hparams)

@@ -54,6 +54,17 @@ def to_f16_bits(x, out):
             out[j, t] = f32_to_f16(x[t, j])
 
 
+@njit(**JIT)
+def bias_f16_bits(y, bias, out):
+    """out (R, S) uint16 <- y (R, S) + bias[:, None] rounded to IEEE half (nearest even): the
+    float32 sum, then one rounding, as numpy's y += b and to_f16_bits give; rows and columns
+    in place, so the conversion vectorises."""
+    for r in range(y.shape[0]):
+        b = bias[r]
+        for t in range(y.shape[1]):
+            out[r, t] = f32_to_f16(y[r, t] + b)
+
+
 def attend_ref(q, k_t, v_t, n_keys, n_head, first):
     """The float64 numpy reference of attend_f16."""
     k = k_t[:, :n_keys].view(np.float16).astype(np.float64).T

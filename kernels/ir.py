@@ -39,6 +39,18 @@ def fma_f32(typingctx, a, b, c):
 
 
 @intrinsic
+def max_f32(typingctx, a, b):
+    """The larger of float32 a and b (llvm.maxnum.f32). Unlike numba's max (a compare and a
+    select), a loop of these with the nnan and nsz flags vectorises as a max reduction."""
+    sig = types.float32(types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        return _call(builder, "llvm.maxnum.f32", ir.FunctionType(F32T, [F32T, F32T]), list(args))
+
+    return sig, codegen
+
+
+@intrinsic
 def f16_to_f32(typingctx, bits):
     """The float32 value of IEEE half `bits` (a uint16): exact, like F16C vcvtph2ps."""
     sig = types.float32(types.uint16)

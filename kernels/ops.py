@@ -14,7 +14,7 @@ from .actq import PAR_ROWS, round_f16
 from .cpu import probe
 from .dots import hsum8
 from .fa_tiles import outer_tile
-from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
+from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive, max_f32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -505,10 +505,11 @@ def _value_tiles(cache, n, off, width, dst):
 @njit(cache=True, boundscheck=False, fastmath={"nnan", "nsz"})
 def _row_max(row, a, b):
     """max(row[a:b]) (b > a). A max does not depend on its order (scores are never NaN, and
-    -0 against +0 changes nothing downstream), so the loop may vectorise."""
+    -0 against +0 changes nothing downstream), so the loop may vectorise (with max_f32:
+    numba's max stays a scalar chain)."""
     m = row[a]
     for i in range(a + 1, b):
-        m = max(m, row[i])
+        m = max_f32(m, row[i])
     return m
 
 

@@ -3,9 +3,9 @@ rounding."""
 import numpy as np
 import pytest
 
-from dasllama.kernels.attend import attend_f16, attend_ref, to_f16_bits
+from dasllama.kernels.attend import attend_f16, attend_ref, bias_f16_bits, to_f16_bits
 from dasllama.kernels.encoder_ops import (bias_gelu, bias_gelu_ref, exp_nonpositive, layer_norm,
-                                          layer_norm_ref, log_softmax, softmax_rows)
+                                          layer_norm_ref, log_softmax, row_max, softmax_rows)
 from numba import njit
 
 
@@ -57,6 +57,19 @@ def test_softmax_rows_is_the_unnormalised_softmax_and_its_sums():
     assert np.allclose(sums, ref.sum(-1), rtol=2e-6, atol=0)
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 33, 1500])
+def test_row_max_is_numpys_at_any_length_and_position(n):
+    rng = np.random.default_rng(n)
+    row = rng.standard_normal(n).astype(np.float32)
+    row[rng.random(n) < 0.3] = -np.inf          # masked scores
+    for where in {0, n // 2, n - 1}:            # the largest first, inside, last
+        r = row.copy()
+        r[where] = 9.0
+        assert row_max(r) == 9.0
+    assert row_max(row) == row.max()
+    assert row_max(np.full(n, -np.inf, np.float32)) == -np.inf
+
+
 def test_log_softmax_matches_float64_and_keeps_minus_inf():
     rng = np.random.default_rng(4)
     x = (rng.standard_normal(51865) * 6).astype(np.float32)
@@ -86,3 +99,19 @@ def test_attend_f16_matches_reference(n_tok, n_keys, first):
     attend_f16(q, k_t, v_t, n_keys, n_head, first, out)
     ref = attend_ref(q, k_t, v_t, n_keys, n_head, first)
     assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max()
+
+
+def test_bias_f16_bits_is_numpys_sum_then_half_rounding():
+    """Ties, halves' subnormals and overflow to inf included: the same bits as numpy's f32 sum
+    cast to float16 (round to nearest even)."""
+    rng = np.random.default_rng(6)
+    y = (rng.standard_normal((23, 1500)) * 4).astype(np.float32)
+    y[0, :4] = [65520.0, -65519.0, 2.0 ** -25, 3 * 2.0 ** -26]   # overflow, round down, subnormal ties
+    y[1, :3] = [1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 2.0 ** -20]  # ties to even, a subnormal
+    bias = rng.standard_normal(23).astype(np.float32)
+    bias[:2] = 0
+    out = np.empty(y.shape, np.uint16)
+    bias_f16_bits(y, bias, out)
+    with np.errstate(over="ignore"):                              # the overflow is the point
+        ref = (y + bias[:, None]).astype(np.float16).view(np.uint16)
+    assert np.array_equal(out, ref)
