@@ -463,9 +463,11 @@ def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, hea
 
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
 # Register tiles of the scores and values: FA_R query rows x FA_COLS columns (4 vectors of
-# FA_LANES), sized to the register file (AVX-512: 4 x 4 of 32 zmm; AVX2: 3 x 4 of 16 ymm)
+# FA_LANES), sized so the accumulators, the 4 B vectors and a broadcast fit the register file
+# (AVX-512: 4 x 4 of 32 zmm; AVX2: 2 x 4 of 16 ymm, 73 GFLOP/s hot on one core: 3 x 4 spilled
+# two accumulators through the stack on every step and ran at 36)
 FA_LANES = 16 if "avx512f" in probe().features else 8
-FA_R = 4 if FA_LANES == 16 else 3
+FA_R = 4 if FA_LANES == 16 else 2
 FA_COLS = 4 * FA_LANES
 FA_ROWS = 5 * FA_R  # query rows of one head that share a tile's loads (any size gives the same)
 
