@@ -207,7 +207,10 @@ class Gen:
 
     def sum_lanes_of_each(self, vectors, ty):
         """Up to 8 vectors of 8 lanes -> one vector whose lane i is the sum of vectors[i]
-        (missing ones count as zero). Three levels of pairwise even/odd adds, as phadd."""
+        (missing ones count as zero). Every caller sums integers (as i32, or as f32 below
+        2**24), exact in any order, so the order is the cheapest: two levels of in-lane
+        phadd, then each 128-bit half's partial sums added to the other's (one permute each
+        way: even/odd shuffles across the halves at every level took a vpermq per phadd)."""
         zero = self.c(ty, 0 if ty.element == I32 else 0.0)
         add = self.b.add if ty.element == I32 else self.b.fadd
         if len(vectors) == 1:  # decode: one horizontal sum into lane 0
@@ -215,12 +218,18 @@ class Gen:
             for n in (4, 2, 1):
                 v = add(self.shuffle(v, v, range(n)), self.shuffle(v, v, range(n, 2 * n)))
             return self.b.insert_element(zero, self.b.extract_element(v, self.c(I32, 0)), self.c(I32, 0))
+        name = "llvm.x86.avx2.phadd.d" if ty.element == I32 else "llvm.x86.avx.hadd.ps.256"
+
+        def phadd(a, b):    # [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
+            return self.intr(name, ty, [a, b])
+
         vs = list(vectors) + [zero] * (8 - len(vectors))
-        even, odd = list(range(0, 16, 2)), list(range(1, 16, 2))
-        while len(vs) > 1:
-            vs = [add(self.shuffle(vs[i], vs[i + 1], even), self.shuffle(vs[i], vs[i + 1], odd))
-                  for i in range(0, len(vs), 2)]
-        return vs[0]
+        l1 = [phadd(vs[i], vs[i + 1]) for i in range(0, 8, 2)]
+        # l2[j]: lanes 0-3 the sums of lanes 0-3 of vectors 4j..4j+3, lanes 4-7 of lanes 4-7
+        l2 = [phadd(l1[0], l1[1]), phadd(l1[2], l1[3])]
+        low = self.shuffle(l2[0], l2[1], [0, 1, 2, 3, 8, 9, 10, 11])
+        high = self.shuffle(l2[0], l2[1], [4, 5, 6, 7, 12, 13, 14, 15])
+        return add(low, high)
 
     def gather_scalars(self, values):
         """Scalars -> <8 x f32> (unused lanes 0)."""
