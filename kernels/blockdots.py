@@ -311,16 +311,12 @@ class Q6_KFmt(_Lanes8):
                 lo = b.and_(ql, g.c(V32I8, 0xF)) if k < 2 else b.lshr(ql, g.c(V32I8, 4))
                 hi = b.shl(b.and_(b.lshr(qh, g.c(V32I8, 2 * k)), g.c(V32I8, 3)), g.c(V32I8, 4))
                 groups.append(b.or_(lo, hi))
-        sc8 = g.load(p, 192, V16I8)
-        sc32 = b.sext(sc8, V16I32)
-        sc_even = g.shuffle(sc32, sc32, range(0, 16, 2))
-        sc_odd = g.shuffle(sc32, sc32, range(1, 16, 2))
-        return g.f16(p, 208), _pair_scales(g, b.sext(sc8, V16I16)), groups, sc_even, sc_odd
+        sc16 = b.sext(g.load(p, 192, V16I8), V16I16)
+        return g.f16(p, 208), _pair_scales(g, sc16), groups, sc16
 
     def tok(self, g, x, xd, xa, b):
         groups, d, bsums = _tok_q8k(g, x, xd, xa, b)
-        bs = g.b.fptosi(bsums, V16I32)
-        return groups, d, g.shuffle(bs, bs, range(0, 16, 2)), g.shuffle(bs, bs, range(1, 16, 2))
+        return groups, d, g.b.fptosi(bsums, V16I16)    # sums of 16 int8s: within i16
 
     def pair(self, g, R, X, acc):
         total, _, dw, _, dx = self.block_ints(g, R, X)
@@ -553,13 +549,15 @@ def _k4_block_ints(self, g, R, X):
 
 def _q6_k_block_ints(self, g, R, X):
     b = g.b
-    dw, scv, groups, sc_even, sc_odd = R
-    qx, dx, bs_even, bs_odd = X
+    dw, scv, groups, sc16 = R
+    qx, dx, bs16 = X
     total = None
     for j in range(8):
         v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
         total = v if total is None else b.add(total, v)
-    corr = b.shl(b.add(b.mul(sc_even, bs_even), b.mul(sc_odd, bs_odd)), g.c(V8I32, 5))
+    # sc[2i] bs[2i] + sc[2i+1] bs[2i+1] per lane, as one pmaddwd (exact: int8 scales by
+    # int16 sums), not two 32-bit multiplies of their even and odd halves
+    corr = b.shl(g.maddwd(sc16, bs16), g.c(V8I32, 5))
     return b.sub(total, corr), None, dw, None, dx
 
 
