@@ -331,12 +331,10 @@ class WhisperModel:
         self._dec_tables = self._decoder_tables([self._decoder_block(p) for p in prefixes])
         self.dec_ln = self._norm("decoder.ln")
         # every layer's cross-attention keys, then every layer's values, as one float32
-        # matrix (one product per window, not 2 n_layer); Whisper's key has no bias
-        w = [self._array(f"{p}.cross_attn.{part}.weight") for part in ("key", "value")
-             for p in prefixes]
-        b = [np.zeros(len(w[0]), np.float32)] * len(prefixes)
-        b += [self._array(f"{p}.cross_attn.value.bias") for p in prefixes]
-        self._cross_kv = Linear(np.concatenate(w), np.concatenate(b), self._pool)
+        # matrix (one product per window, not 2 n_layer)
+        kv = [self._fused(f"{p}.cross_attn", (part,)) for part in ("key", "value") for p in prefixes]
+        self._cross_kv = Linear(np.concatenate([p.w for p in kv]),
+                                np.concatenate([p.bias for p in kv]), self._pool)
 
     def _decoder_tables(self, blocks):
         """The decoder layers' weights stacked by layer, as kernels.decoder_step takes them:

@@ -77,12 +77,13 @@ def layer_norm(x, w, b, eps, out):
 
 
 @njit(**JIT, fastmath={"nnan", "nsz"})
-def row_max(row):
-    """max(row) (row.size > 0). A max does not depend on its order (scores are never NaN, and
-    -0 against +0 changes nothing downstream), so the loop may vectorise (max_f32: numba's
-    max stayed a scalar chain, a third of a softmax row)."""
-    m = row[0]
-    for j in range(1, row.size):
+def row_max(row, a, b):
+    """max(row[a:b]) (b > a), for attention scores here and in ops' tiles. A max does not
+    depend on its order (scores are never NaN, and -0 against +0 changes nothing downstream),
+    so the loop may vectorise (max_f32: numba's max stayed a scalar chain, a third of a
+    softmax row)."""
+    m = row[a]
+    for j in range(a + 1, b):
         m = max_f32(m, row[j])
     return m
 
@@ -90,7 +91,7 @@ def row_max(row):
 @njit(**JIT, inline="always")
 def exp_shifted(row):
     """row <- e^(row - max(row)) in place; returns the sum (the softmax's denominator)."""
-    m = row_max(row)
+    m = row_max(row, 0, row.size)
     total = np.float32(0.0)
     for j in range(row.size):
         e = exp_nonpositive(row[j] - m)

@@ -14,7 +14,8 @@ from .actq import PAR_ROWS, round_f16
 from .cpu import probe
 from .dots import hsum8
 from .fa_tiles import outer_tile
-from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive, max_f32
+from .encoder_ops import row_max
+from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -504,17 +505,6 @@ def _value_tiles(cache, n, off, width, dst):
                     dst[tile, c, k, i] = f16_to_f32(cache[j, off + d]) if j < n and d < width else 0.0
 
 
-@njit(cache=True, boundscheck=False, fastmath={"nnan", "nsz"})
-def _row_max(row, a, b):
-    """max(row[a:b]) (b > a). A max does not depend on its order (scores are never NaN, and
-    -0 against +0 changes nothing downstream), so the loop may vectorise (with max_f32:
-    numba's max stays a scalar chain)."""
-    m = row[a]
-    for i in range(a + 1, b):
-        m = max_f32(m, row[i])
-    return m
-
-
 @njit(cache=True, boundscheck=False)
 def _scores_exp(row, m):
     """row[k] = ggml_v_expf(row[k] - m) over the tile, as one flat (vectorisable) loop; masked
@@ -617,7 +607,7 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
                 else:
                     for tk in range(a, b):
                         row[tk] = row[tk] * np.float32(scale)
-                tile_max = _row_max(row, a, b)
+                tile_max = row_max(row, a, b)
                 live[r] = tile_max != -np.inf
                 if not live[r]:
                     continue

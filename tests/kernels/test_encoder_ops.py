@@ -65,9 +65,9 @@ def test_row_max_is_numpys_at_any_length_and_position(n):
     for where in {0, n // 2, n - 1}:            # the largest first, inside, last
         r = row.copy()
         r[where] = 9.0
-        assert row_max(r) == 9.0
-    assert row_max(row) == row.max()
-    assert row_max(np.full(n, -np.inf, np.float32)) == -np.inf
+        assert row_max(r, 0, n) == 9.0
+    assert row_max(row, 0, n) == row.max()
+    assert row_max(np.full(n, -np.inf, np.float32), 0, n) == -np.inf
 
 
 def test_log_softmax_matches_float64_and_keeps_minus_inf():
