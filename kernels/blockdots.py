@@ -95,9 +95,37 @@ class Q8_0Fmt(_Lanes8):
 
 
 class Q5_0Fmt(Q8_0Fmt):
+    """Q5_0 against Q8_0 activations. Without VNNI the quants stay unsigned, u = q + 16 in
+    [0, 31], so pmaddubsw takes them as they unpack (no psign of the row, none of the token
+    by the row's signs, no -16): its int16 pairs are then u*x pairs, from which the token's
+    pair sums times 16 (tok_sums16, computed once per call: xa points there) are taken before
+    pmaddwd. Each int32 lane is exactly ggml's sum of four q*x, so the fold is the same."""
+
     def quants(self, g, p):
-        q = g.b.sub(g.b.or_(g.nibbles(p, 6), g.bits32(g.load(p, 2, I32))), g.c(V32I8, 16))
+        q = g.b.sub(self.unsigned(g, p), g.c(V32I8, 16))
         return g.f16(p, 0), q
+
+    def unsigned(self, g, p):
+        return g.b.or_(g.nibbles(p, 6), g.bits32(g.load(p, 2, I32)))
+
+    def row(self, g, p):
+        if g.vnni:
+            return super().row(g, p)
+        return g.splat(g.f16(p, 0), 8), self.unsigned(g, p)
+
+    def tok(self, g, x, xd, xa, b):
+        q, d = super().tok(g, x, xd, xa, b)
+        if g.vnni:
+            return q, d
+        return q, d, g.load(xa, g.b.mul(b, g.c(I64, 32)), V16I16)
+
+    def pair(self, g, R, X, acc):
+        if g.vnni:
+            return super().pair(g, R, X, acc)
+        dw, uw = R
+        qx, dx, sums16 = X
+        lanes = g.maddwd(g.b.sub(g.maddubs(uw, qx), sums16), g.c(V16I16, 1))
+        return (g.fma(g.b.fmul(dw, dx), g.cvt(lanes), acc[0]), acc[1])
 
 
 class _Wide8:
