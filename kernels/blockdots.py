@@ -98,8 +98,9 @@ class Q5_0Fmt(Q8_0Fmt):
     """Q5_0 against Q8_0 activations. Without VNNI the quants stay unsigned, u = q + 16 in
     [0, 31], so pmaddubsw takes them as they unpack (no psign of the row, none of the token
     by the row's signs, no -16): its int16 pairs are then u*x pairs, from which the token's
-    pair sums times 16 (tok_sums16, computed once per call: xa points there) are taken before
-    pmaddwd. Each int32 lane is exactly ggml's sum of four q*x, so the fold is the same."""
+    pair sums times 16 (simd.offset_sums, computed once per call: xa points there) are taken
+    before pmaddwd. Each int32 lane is exactly ggml's sum of four q*x, so the fold is the
+    same."""
 
     def quants(self, g, p):
         q = g.b.sub(self.unsigned(g, p), g.c(V32I8, 16))
@@ -114,18 +115,16 @@ class Q5_0Fmt(Q8_0Fmt):
         return g.splat(g.f16(p, 0), 8), self.unsigned(g, p)
 
     def tok(self, g, x, xd, xa, b):
-        q, d = super().tok(g, x, xd, xa, b)
         if g.vnni:
-            return q, d
-        return q, d, g.load(xa, g.b.mul(b, g.c(I64, 32)), V16I16)
+            return super().tok(g, x, xd, xa, b)
+        q, d, sums = _tok_unsigned(g, x, xd, xa, b)
+        return q, g.splat(d, 8), sums
 
     def pair(self, g, R, X, acc):
         if g.vnni:
             return super().pair(g, R, X, acc)
-        dw, uw = R
-        qx, dx, sums16 = X
-        lanes = g.maddwd(g.b.sub(g.maddubs(uw, qx), sums16), g.c(V16I16, 1))
-        return (g.fma(g.b.fmul(dw, dx), g.cvt(lanes), acc[0]), acc[1])
+        (dw, uw), (qx, dx, sums) = R, X
+        return (g.fma(g.b.fmul(dw, dx), g.cvt(_lanes_unsigned(g, uw, qx, sums)), acc[0]), acc[1])
 
 
 class _Wide8:
@@ -175,16 +174,39 @@ class _Wide8:
         return out
 
 
+def _tok_unsigned(g, x, xd, xa, b):
+    """A token's block for the unsigned Q4_0/Q5_0 dots: its quants, scale and the int16
+    pair sums times the format's offset (OFFSET_SUMS: xa points there)."""
+    (q,), d = _tok_q8(g, x, xd, xa, b, 32)
+    return q, d, g.load(xa, g.b.mul(b, g.c(I64, 32)), V16I16)
+
+
+def _lanes_unsigned(g, uw, qx, sums):
+    """ggml's int32 lanes of q*x from the unsigned quants u = q + offset: pmaddubsw's u*x
+    pairs less offset*(x pair sums), then pmaddwd."""
+    return g.maddwd(g.b.sub(g.maddubs(uw, qx), sums), g.c(V16I16, 1))
+
+
 class Q4_0Fmt(_Scalar):
+    """Without VNNI the nibbles stay unsigned (q + 8) as Q5_0Fmt's quants do."""
+
     def row(self, g, p):
-        q = g.b.sub(g.nibbles(p, 2), g.c(V32I8, 8))
+        n = g.nibbles(p, 2)
+        if not g.vnni:
+            return g.f16(p, 0), n
+        q = g.b.sub(n, g.c(V32I8, 8))
         return g.f16(p, 0), q, g.psign(q, q)
 
     def tok(self, g, x, xd, xa, b):
+        if not g.vnni:
+            return _tok_unsigned(g, x, xd, xa, b)
         (q,), d = _tok_q8(g, x, xd, xa, b, 32)
         return q, d
 
     def parts(self, g, R, X):
+        if not g.vnni:
+            (dw, nw), (qx, dx, sums) = R, X
+            return _lanes_unsigned(g, nw, qx, sums), None, g.b.fmul(dw, dx), None
         dw, qw, aw = R
         qx, dx = X
         return g.lanes_signed(qw, aw, qx), None, g.b.fmul(dw, dx), None
@@ -615,5 +637,7 @@ if not REPACK_Q2_K:     # Q2_K's gemv is ggml's vec_dot, not the repacked one
 # tokens take which): the repacked gemm, and the tiled K-quant matmul.
 GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(Q2_KFmt(), 2)}
 TILED_FMTS = {q: _Tiled(FMTS[q]) for q in (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)}
+# The formats whose dots without VNNI take unsigned quants, and their offset (see Q5_0Fmt).
+UNSIGNED_OFFSET = {Q5_0: 16, Q4_0: 8}
 # The formats with a 512-bit two-pairs-per-vector tile (vpdpbusd on zmm; gemv fold only).
 WIDE_FMTS = {q: _Wide8(FMTS[q]) for q in (Q8_0, Q5_0)}

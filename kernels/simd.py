@@ -14,10 +14,10 @@ import numpy as np
 from numba import njit
 from numba.extending import intrinsic
 
-from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS, WIDE_FMTS
+from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS, UNSIGNED_OFFSET, WIDE_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, i64_call, keep_alive, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
-from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, Q5_0, row_bytes
+from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
 
 FORMATS = tuple(FMTS) + (F16, BF16, F32)
 
@@ -295,7 +295,7 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
     main_tiled = tile_intrinsic(qtype, rows, tokens, vnni, PATH_TILED) if tiled else main_vec
     single_tiled = tile_intrinsic(qtype, rows1, 1, vnni, PATH_TILED) if tiled else single
     be = int(BLOCK_ELEMS[qtype])
-    unsigned_q5 = qtype == Q5_0 and not vnni
+    offset = 0 if vnni else UNSIGNED_OFFSET.get(qtype, 0)
 
     @njit(**JIT, parallel=True)
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
@@ -306,8 +306,8 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
         xs = xf.strides[0] if is_float else xq.strides[0]
         dp, ap, op = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data), np.int64(out.ctypes.data)
         ds, as_, os = xd.strides[0], xa.strides[0], out.strides[0]
-        sums = tok_sums16(xq, n_tokens, n_cols if unsigned_q5 else 0)
-        if unsigned_q5:
+        sums = offset_sums(xq, n_tokens, n_cols, offset)
+        if offset:
             ap, as_ = np.int64(sums.ctypes.data), sums.strides[0]
         n_batch, path = gemm_tokens(qtype, n_rows, n_cols, n_tokens)
         if path == PATH_VEC:
@@ -346,14 +346,14 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
 
 
 @njit(**JIT)
-def tok_sums16(xq, n_tokens, n_cols):
-    """16 (x[2i] + x[2i+1]) of each token's int8 quants as int16 (T, n_cols // 2): what the
-    unsigned Q5_0 dots (blockdots.Q5_0Fmt) take from their pmaddubsw pairs. n_cols = 0: an
-    empty array, for the formats that do not use it."""
-    sums = np.empty((n_tokens if n_cols else 0, n_cols // 2), np.int16)
+def offset_sums(xq, n_tokens, n_cols, offset):
+    """offset * (x[2i] + x[2i+1]) of each token's int8 quants as int16 (T, n_cols // 2):
+    what the unsigned Q4_0/Q5_0 dots (blockdots.UNSIGNED_OFFSET) take from their pmaddubsw
+    pairs (at most 16 * 254 in magnitude). offset 0: an empty array, for the other formats."""
+    sums = np.empty((n_tokens if offset else 0, n_cols // 2), np.int16)
     for t in range(sums.shape[0]):
         row = xq[t]
         dst = sums[t]
         for i in range(n_cols // 2):
-            dst[i] = np.int16(16) * (np.int16(row[2 * i]) + np.int16(row[2 * i + 1]))
+            dst[i] = np.int16(offset) * (np.int16(row[2 * i]) + np.int16(row[2 * i + 1]))
     return sums
