@@ -176,7 +176,7 @@ class _Wide8:
 
 def _tok_unsigned(g, x, xd, xa, b):
     """A token's block for the unsigned Q4_0/Q5_0 dots: its quants, scale and the int16
-    pair sums times the format's offset (OFFSET_SUMS: xa points there)."""
+    pair sums times the format's offset (simd.offset_sums: xa points there)."""
     (q,), d = _tok_q8(g, x, xd, xa, b, 32)
     return q, d, g.load(xa, g.b.mul(b, g.c(I64, 32)), V16I16)
 
