@@ -196,3 +196,15 @@ def test_q5_0_copied_as_q8_0_multiplies_bit_for_bit_alike():
     ref, _ = _ref(Q.Q5_0, w, x)
     got, _ = _ref(Q.Q8_0, Q.q5_0_as_q8_0(w), x)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("offset", [8, 16])
+def test_offset_sums_are_each_tokens_pair_sums_times_the_offset(offset):
+    """The unsigned Q4_0/Q5_0 dots take offset * (x[2i] + x[2i+1]) out of pmaddubsw's pairs;
+    at the int8 extremes too (16 * -254 must not wrap in int16)."""
+    xq = np.random.default_rng(3).integers(-127, 128, (3, 64), dtype=np.int8)
+    xq[0], xq[1] = -127, 127
+    got = simd.offset_sums(xq, 3, 64, offset)
+    want = offset * (xq[:, 0::2].astype(np.int32) + xq[:, 1::2])
+    assert got.dtype == np.int16 and np.array_equal(got, want)
+    assert simd.offset_sums(xq, 3, 64, 0).size == 0
