@@ -101,9 +101,10 @@ class Q5_0Fmt(Q8_0Fmt):
     pair sums times 16 (simd.offset_sums, computed once per call: xa points there) are taken
     before pmaddwd. Each int32 lane is exactly ggml's sum of four q*x, so the fold is the
     same."""
+    offset = 16
 
     def quants(self, g, p):
-        q = g.b.sub(self.unsigned(g, p), g.c(V32I8, 16))
+        q = g.b.sub(self.unsigned(g, p), g.c(V32I8, self.offset))
         return g.f16(p, 0), q
 
     def unsigned(self, g, p):
@@ -189,12 +190,13 @@ def _lanes_unsigned(g, uw, qx, sums):
 
 class Q4_0Fmt(_Scalar):
     """Without VNNI the nibbles stay unsigned (q + 8) as Q5_0Fmt's quants do."""
+    offset = 8
 
     def row(self, g, p):
         n = g.nibbles(p, 2)
         if not g.vnni:
             return g.f16(p, 0), n
-        q = g.b.sub(n, g.c(V32I8, 8))
+        q = g.b.sub(n, g.c(V32I8, self.offset))
         return g.f16(p, 0), q, g.psign(q, q)
 
     def tok(self, g, x, xd, xa, b):
@@ -638,6 +640,6 @@ if not REPACK_Q2_K:     # Q2_K's gemv is ggml's vec_dot, not the repacked one
 GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(Q2_KFmt(), 2)}
 TILED_FMTS = {q: _Tiled(FMTS[q]) for q in (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)}
 # The formats whose dots without VNNI take unsigned quants, and their offset (see Q5_0Fmt).
-UNSIGNED_OFFSET = {Q5_0: 16, Q4_0: 8}
+UNSIGNED_OFFSET = {q: FMTS[q].offset for q in (Q5_0, Q4_0)}
 # The formats with a 512-bit two-pairs-per-vector tile (vpdpbusd on zmm; gemv fold only).
 WIDE_FMTS = {q: _Wide8(FMTS[q]) for q in (Q8_0, Q5_0)}

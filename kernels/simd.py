@@ -306,9 +306,11 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
         xs = xf.strides[0] if is_float else xq.strides[0]
         dp, ap, op = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data), np.int64(out.ctypes.data)
         ds, as_, os = xd.strides[0], xa.strides[0], out.strides[0]
-        sums = offset_sums(xq, n_tokens, n_cols, offset)
-        if offset:
+        if offset:      # a compile-time constant: other formats allocate nothing here
+            sums = offset_sums(xq, n_tokens, n_cols, offset)
             ap, as_ = np.int64(sums.ctypes.data), sums.strides[0]
+        else:
+            sums = xa
         n_batch, path = gemm_tokens(qtype, n_rows, n_cols, n_tokens)
         if path == PATH_VEC:
             n_batch = n_tokens        # one fold for all: the main tiles serve the gemv fold
@@ -349,8 +351,8 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
 def offset_sums(xq, n_tokens, n_cols, offset):
     """offset * (x[2i] + x[2i+1]) of each token's int8 quants as int16 (T, n_cols // 2):
     what the unsigned Q4_0/Q5_0 dots (blockdots.UNSIGNED_OFFSET) take from their pmaddubsw
-    pairs (at most 16 * 254 in magnitude). offset 0: an empty array, for the other formats."""
-    sums = np.empty((n_tokens if offset else 0, n_cols // 2), np.int16)
+    pairs (at most 16 * 254 in magnitude)."""
+    sums = np.empty((n_tokens, n_cols // 2), np.int16)
     for t in range(sums.shape[0]):
         row = xq[t]
         dst = sums[t]
