@@ -6,8 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import ops
-from dasllama.kernels.quants import Q5_0, Q8_0, SUPPORTED as SUPPORTED_QTYPES, q5_0_as_q8_0, row_bytes
+from dasllama.kernels import ops, x8
+from dasllama.kernels.quants import (Q5_0, Q8_0, Q8_0_X8, SUPPORTED as SUPPORTED_QTYPES,
+                                     q5_0_as_q8_0, row_bytes)
 
 from . import forward as fw
 from .models import family
@@ -85,22 +86,48 @@ def warn_slow_threading():
               "pip install tbb (or install libgomp) for full speed.", file=sys.stderr)
 
 
-def prefill_copies(wbuf, wtab, enabled=True):
-    """(pbuf, ptab): Q5_0 matmul weights copied as Q8_0 (34/22 of their bytes), laid out as
-    wbuf/wtab (qtype -1: no copy). Prefill runs the faster Q8_0 tile on them, bit for bit the
-    same result; decode keeps streaming the smaller Q5_0 bytes. The copy is read-only like
-    the memory map, so the forward sees one array type for both."""
+def _ram_bytes():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def prefill_copies(wbuf, wtab, enabled=True, budget=None):
+    """(pbuf, ptab): copies of matmul weights that prefill multiplies faster, bit for bit to the
+    same result, laid out as wbuf/wtab (qtype -1: no copy); decode keeps the file's blocks.
+
+    Q5_0 weights are copied as Q8_0 (the same f16 scale, quants - 16) and Q8_0 weights as they
+    are, both in the Q8_0_X8 layout (rows in groups of 8, kernels/x8.py) where it applies,
+    else Q5_0 as plain Q8_0 (34/22 of its bytes). A Q8_0 copy doubles those weights' memory,
+    so Q8_0 copies stop at `budget` bytes in all (default: a quarter of the machine's RAM).
+    The copy is read-only like the memory map, so the forward sees one array type for both."""
+    budget = _ram_bytes() // 4 if budget is None else budget
     ptab = np.full_like(wtab, -1)
-    pieces, size = [], 0
+    plan, size, q8_size = [], 0, 0
     for layer in range(wtab.shape[0] - 1):      # not the global row: the output matmul
         for slot in range(wtab.shape[1]):       # usually takes one token
             off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-            if not enabled or qtype != Q5_0:
+            if not enabled or qtype not in (Q5_0, Q8_0):
                 continue
-            pieces.append(q5_0_as_q8_0(wbuf[off:off + rows * row_bytes(Q5_0, cols)]))
-            ptab[layer, slot] = (size, Q8_0, rows, cols)
-            size += pieces[-1].size
-    pbuf = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+            layout = Q8_0_X8 if x8.applies(rows, cols) else Q8_0
+            nbytes = rows * row_bytes(layout, cols)
+            if qtype == Q8_0:
+                if layout != Q8_0_X8 or q8_size + nbytes > budget:
+                    continue
+                q8_size += nbytes
+            plan.append((layer, slot, off, qtype, rows, cols, layout, size))
+            size += nbytes
+    pbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
+    for layer, slot, off, qtype, rows, cols, layout, at in plan:
+        blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
+        q8 = q5_0_as_q8_0(blocks) if qtype == Q5_0 else blocks
+        dst = pbuf[at:at + rows * row_bytes(layout, cols)]
+        if layout == Q8_0:
+            dst[:] = q8
+        elif x8.repack(q8, rows, cols, out=dst) is None:
+            continue    # a Q8_0 quant of -128: this matrix keeps the file's blocks
+        ptab[layer, slot] = (at, layout, rows, cols)
     pbuf.setflags(write=False)
     return pbuf, ptab
 

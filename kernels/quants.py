@@ -30,12 +30,16 @@ Q6_K = int(GGMLQuantizationType.Q6_K)
 
 SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 QK_K = 256
+# dasllama's own layout, outside ggml's type ids: Q8_0 rows repacked in groups of 8 for prefill
+# (kernels/x8.py); 36 bytes a row and block (its f32 scale and its 32 quants)
+Q8_0_X8 = 63
 
 # (qtype id,) -> elements / bytes per block; indexable from njit code.
 BLOCK_ELEMS = np.zeros(64, np.int64)
 BLOCK_BYTES = np.zeros(64, np.int64)
 for _t in SUPPORTED:
     BLOCK_ELEMS[_t], BLOCK_BYTES[_t] = GGML_QUANT_SIZES[GGMLQuantizationType(_t)]
+BLOCK_ELEMS[Q8_0_X8], BLOCK_BYTES[Q8_0_X8] = 32, 36
 
 # Byte offsets of the f16 scale fields (d, dmin/m) inside each block.
 F16_FIELDS = {Q8_0: (0,), Q4_0: (0,), Q5_0: (0,), Q4_1: (0, 2), Q5_1: (0, 2), Q2_K: (80, 82),
@@ -50,7 +54,7 @@ def row_bytes(qtype, n_cols):
 
 
 def type_name(qtype):
-    return GGMLQuantizationType(qtype).name
+    return "Q8_0_X8" if qtype == Q8_0_X8 else GGMLQuantizationType(qtype).name
 
 
 # --- field readers: (w uint8 array, byte offset) -> value ---------------------------------

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dasllama.core import Model, load
-from dasllama.kernels.quants import Q8_0
+from dasllama.kernels.quants import Q8_0_X8
 from dasllama.kernels.cpu import probe
 from tests.gguf_factory import ARCHES
 from tests.parity import compare_greedy
@@ -37,14 +37,16 @@ def test_formats(tiny_model, llama_bin, arch, qtype):
     _check(tiny_model, llama_bin, arch, qtype)
 
 
-def test_q5_0_prefill_copy_changes_no_logit(tiny_model):
-    # prefill multiplies a Q8_0 copy of Q5_0 weights (same integers, same fold); decode and
-    # the model without the copy use the file's blocks: every logit must agree bit for bit
-    path = tiny_model("llama", "Q5_0")
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q8_0"])
+def test_prefill_copies_change_no_logit(tiny_model, qtype):
+    # prefill multiplies copies of Q5_0 and Q8_0 weights in the 8-row Q8_0_X8 layout (same
+    # integers, same fold); decode and the model without copies use the file's blocks: every
+    # logit must agree bit for bit
+    path = tiny_model("llama", qtype)
     ids = list(range(5, 40))
     with_copy = Model(path, n_ctx=256, n_threads=2)
     without = Model(path, n_ctx=256, n_threads=2, prefill_copy=False)
-    assert (with_copy.ptab[..., 1] == Q8_0).any() and (without.ptab[..., 1] < 0).all()
+    assert (with_copy.ptab[..., 1] == Q8_0_X8).any() and (without.ptab[..., 1] < 0).all()
     np.testing.assert_array_equal(with_copy.eval(ids, all_logits=True), without.eval(ids, all_logits=True))
     np.testing.assert_array_equal(with_copy.eval([7]), without.eval([7]))
 

@@ -16,7 +16,7 @@ from dasllama.kernels import actq as A
 from dasllama.kernels import dots as D
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
-from dasllama.kernels import simd
+from dasllama.kernels import simd, x8
 
 from .blocks import gguf_dequantize, random_weights
 
@@ -196,6 +196,42 @@ def test_q5_0_copied_as_q8_0_multiplies_bit_for_bit_alike():
     ref, _ = _ref(Q.Q5_0, w, x)
     got, _ = _ref(Q.Q8_0, Q.q5_0_as_q8_0(w), x)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def _without_minus_128(w):
+    """Q8_0 bytes with every quant of -128 made -127 (ggml's quantiser writes none)."""
+    q = w.reshape(-1, 34)[:, 2:]
+    q[q == 0x80] = 0x81
+    return w
+
+
+@pytest.mark.parametrize("source", ["Q8_0", "Q5_0"])
+@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (16, 5), (24, 33), (64, 130)])
+def test_q8_0_x8_copy_multiplies_bit_for_bit_alike(source, n_rows, n_tokens):
+    # the prefill layout of model.prefill_copies: 8 rows a vector, the token's bytes broadcast
+    qtype = getattr(Q, source)
+    w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=n_rows + n_tokens)
+    q8 = _without_minus_128(w) if qtype == Q.Q8_0 else Q.q5_0_as_q8_0(w)
+    ref, bufs = _ref(qtype, w, x)
+    copy = x8.repack(q8, n_rows, x.shape[1])
+    assert copy.size == n_rows * Q.row_bytes(Q.Q8_0_X8, x.shape[1])
+    got = np.full_like(ref, np.nan)
+    M.matmul(Q.Q8_0_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
+    # -128 would wrap when the weights take the token's sign; such a matrix keeps its layout
+    w = _without_minus_128(random_weights(Q.Q8_0, 16, 64, seed=4))
+    assert x8.repack(w, 16, 64) is not None
+    w.reshape(-1, 34)[5, 9] = 0x80
+    assert x8.repack(w, 16, 64) is None
+    assert x8.repack(random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
+
+
+def test_abs_quants():
+    xq = np.array([[-127, -1, 0, 1, 127, -64]], np.int8)
+    assert x8.abs_quants(xq, 1, 6).tolist() == [[127, 1, 0, 1, 127, 64]]
 
 
 @pytest.mark.parametrize("offset", [8, 16])
