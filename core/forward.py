@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from dasllama.kernels.matmul import act_kind, dequantize_row, matmul, quantize_act
+from dasllama.kernels.x8 import copy_tokens
 from dasllama.kernels.ops import attention, geglu, rms_norm, rms_norm_heads, rope, store_kv, swiglu
 
 # weight slots (wtab[layer, slot] = offset, qtype, rows, cols; qtype -1 = absent)
@@ -53,11 +54,12 @@ def _fvec(fbuf, ftab, layer, slot):
 @njit(cache=True)
 def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out, have=-1):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
-    batches take the weight's prefill copy where it has one (same result, faster kernel).
+    batches take the weight's prefill copy where it has one and its layout serves T tokens
+    (same result, faster kernel).
     have: the activation kind `acts` already holds for this same x (from the previous
     product on it), which is then not quantised again; returns the kind `acts` holds."""
     T = x.shape[0]
-    if T > 1 and ptab[layer, slot, 1] >= 0:
+    if ptab[layer, slot, 1] >= 0 and copy_tokens(ptab[layer, slot, 1], T):
         wbuf, wtab = pbuf, ptab
     off, qtype, rows, cols = wtab[layer, slot, 0], wtab[layer, slot, 1], wtab[layer, slot, 2], wtab[layer, slot, 3]
     xq, xd, xa, xf = acts

@@ -7,8 +7,8 @@ import numpy as np
 
 from dasllama.formats.gguf import open_gguf
 from dasllama.kernels import ops, x8
-from dasllama.kernels.quants import (Q5_0, Q8_0, Q8_0_X8, SUPPORTED as SUPPORTED_QTYPES,
-                                     q5_0_as_q8_0, row_bytes)
+from dasllama.kernels.quants import (Q4_K, Q4_K_X8, Q5_0, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
+                                     SUPPORTED as SUPPORTED_QTYPES, q5_0_as_q8_0, row_bytes)
 
 from . import forward as fw
 from .models import family
@@ -97,35 +97,45 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None):
     """(pbuf, ptab): copies of matmul weights that prefill multiplies faster, bit for bit to the
     same result, laid out as wbuf/wtab (qtype -1: no copy); decode keeps the file's blocks.
 
-    Q5_0 weights are copied as Q8_0 (the same f16 scale, quants - 16) and Q8_0 weights as they
-    are, both in the Q8_0_X8 layout (rows in groups of 8, kernels/x8.py) where it applies,
-    else Q5_0 as plain Q8_0 (34/22 of its bytes). A Q8_0 copy doubles those weights' memory,
-    so Q8_0 copies stop at `budget` bytes in all (default: a quarter of the machine's RAM).
-    The copy is read-only like the memory map, so the forward sees one array type for both."""
+    Rows in groups of 8 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale, quants -
+    16) and Q8_0 weights as they are go to the Q8_0_X8 layout, Q4_K weights to Q4_K_X8, Q6_K
+    to Q6_K_X8 (for batches of 8 or more: x8.copy_tokens); Q5_0 whose rows do not group is
+    copied as plain Q8_0 (34/22 of its bytes). The Q8_0 and K-quant copies are larger than
+    the weights they copy (36/34, 312/144, 356/210), so they stop at `budget` bytes in all
+    (default: a quarter of the machine's RAM). The copy is read-only like the
+    memory map, so the forward sees one array type for both."""
     budget = _ram_bytes() // 4 if budget is None else budget
     ptab = np.full_like(wtab, -1)
-    plan, size, q8_size = [], 0, 0
+    plan, size, extra = [], 0, 0
     for layer in range(wtab.shape[0] - 1):      # not the global row: the output matmul
         for slot in range(wtab.shape[1]):       # usually takes one token
             off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-            if not enabled or qtype not in (Q5_0, Q8_0):
+            if not enabled or qtype not in (Q5_0, Q8_0, Q4_K, Q6_K):
                 continue
-            layout = Q8_0_X8 if x8.applies(rows, cols) else Q8_0
+            if qtype in (Q4_K, Q6_K):
+                layout = (Q4_K_X8 if qtype == Q4_K else Q6_K_X8) if rows % 8 == 0 else -1
+            else:
+                layout = Q8_0_X8 if x8.applies(rows, cols) else Q8_0 if qtype == Q5_0 else -1
+            if layout < 0:
+                continue
             nbytes = rows * row_bytes(layout, cols)
-            if qtype == Q8_0:
-                if layout != Q8_0_X8 or q8_size + nbytes > budget:
+            if qtype != Q5_0:
+                if extra + nbytes > budget:
                     continue
-                q8_size += nbytes
+                extra += nbytes
             plan.append((layer, slot, off, qtype, rows, cols, layout, size))
             size += nbytes
     pbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
     for layer, slot, off, qtype, rows, cols, layout, at in plan:
         blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
-        q8 = q5_0_as_q8_0(blocks) if qtype == Q5_0 else blocks
         dst = pbuf[at:at + rows * row_bytes(layout, cols)]
-        if layout == Q8_0:
-            dst[:] = q8
-        elif x8.repack(q8, rows, cols, out=dst) is None:
+        if layout == Q4_K_X8:
+            x8.repack_q4_k(blocks, rows, cols, out=dst)
+        elif layout == Q6_K_X8:
+            x8.repack_q6_k(blocks, rows, cols, out=dst)
+        elif layout == Q8_0:
+            dst[:] = q5_0_as_q8_0(blocks)
+        elif x8.repack(q5_0_as_q8_0(blocks) if qtype == Q5_0 else blocks, rows, cols, out=dst) is None:
             continue    # a Q8_0 quant of -128: this matrix keeps the file's blocks
         ptab[layer, slot] = (at, layout, rows, cols)
     pbuf.setflags(write=False)

@@ -24,7 +24,7 @@ from . import sidecar, simd, x8
 from .actq import act_buffers, act_kind, quantize_act
 from .dots import PATH_VEC, dot_ref, gemm_tokens
 from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
-                     Q5_K, Q6_K, Q8_0, Q8_0_X8, SUPPORTED, dequantize, dequantize_row, row_bytes,
+                     Q5_K, Q6_K, Q8_0, Q4_K_X8, Q6_K_X8, Q8_0_X8, SUPPORTED, dequantize, dequantize_row, row_bytes,
                      type_name)
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
@@ -109,7 +109,9 @@ _kd_q3_k = _kp_q3_k = None
 _kd_q4_k = _kp_q4_k = None
 _kd_q5_k = _kp_q5_k = None
 _kd_q6_k = _kp_q6_k = None
-_k_q8_0_x8 = x8.kernel      # the prefill layout of model.prefill_copies: no variants (yet)
+_k_q8_0_x8 = x8.kernel      # the prefill layouts of model.prefill_copies: no variants (yet)
+_k_q4_k_x8 = x8.kernel_q4_k
+_k_q6_k_x8 = x8.kernel_q6_k
 
 
 def _bind_active():
@@ -163,9 +165,17 @@ def _build_matmul():
                 _kd_f32(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q8_0_X8:
                 _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_K_X8:
+                _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q6_K_X8:
+                _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         else:
             if qtype == Q8_0_X8:
                 _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_K_X8:
+                _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q6_K_X8:
+                _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q8_0:
                 _kp_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q4_K:

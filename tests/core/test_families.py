@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dasllama.core import Model, load
-from dasllama.kernels.quants import Q8_0_X8
+from dasllama.kernels.quants import Q4_K_X8, Q6_K_X8, Q8_0_X8
 from dasllama.kernels.cpu import probe
 from tests.gguf_factory import ARCHES
 from tests.parity import compare_greedy
@@ -37,18 +37,22 @@ def test_formats(tiny_model, llama_bin, arch, qtype):
     _check(tiny_model, llama_bin, arch, qtype)
 
 
-@pytest.mark.parametrize("qtype", ["Q5_0", "Q8_0"])
-def test_prefill_copies_change_no_logit(tiny_model, qtype):
-    # prefill multiplies copies of Q5_0 and Q8_0 weights in the 8-row Q8_0_X8 layout (same
-    # integers, same fold); decode and the model without copies use the file's blocks: every
-    # logit must agree bit for bit
+@pytest.mark.parametrize("qtype,layout", [("Q5_0", Q8_0_X8), ("Q8_0", Q8_0_X8), ("Q4_K", Q4_K_X8),
+                                          ("Q6_K", Q6_K_X8)])
+def test_prefill_copies_change_no_logit(tiny_model, qtype, layout):
+    # prefill multiplies copies of Q5_0 and Q8_0 weights in the 8-row Q8_0_X8 layout, of Q4_K
+    # in Q4_K_X8, of Q6_K in Q6_K_X8 (same integers, same folds); decode, batches under 8 with
+    # Q6_K and the model without copies use the file's blocks: every logit must agree bit
+    # for bit
     path = tiny_model("llama", qtype)
     ids = list(range(5, 40))
     with_copy = Model(path, n_ctx=256, n_threads=2)
     without = Model(path, n_ctx=256, n_threads=2, prefill_copy=False)
-    assert (with_copy.ptab[..., 1] == Q8_0_X8).any() and (without.ptab[..., 1] < 0).all()
+    assert (with_copy.ptab[..., 1] == layout).any() and (without.ptab[..., 1] < 0).all()
     np.testing.assert_array_equal(with_copy.eval(ids, all_logits=True), without.eval(ids, all_logits=True))
     np.testing.assert_array_equal(with_copy.eval([7]), without.eval([7]))
+    np.testing.assert_array_equal(with_copy.eval([8, 9, 10], all_logits=True),
+                                  without.eval([8, 9, 10], all_logits=True))
 
 
 _LAUNCH = ("import numba, numpy as np\n"

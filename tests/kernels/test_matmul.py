@@ -220,6 +220,31 @@ def test_q8_0_x8_copy_multiplies_bit_for_bit_alike(source, n_rows, n_tokens):
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (8, 3), (16, 4), (24, 5), (64, 13), (32, 130)])
+def test_q4_k_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
+    # the first T - T % 4 tokens (T >= 4) fold as llama.cpp's repacked gemm, the rest as its gemv
+    w, x = _case(Q.Q4_K, n_rows=n_rows, n_cols=1024, n_tokens=n_tokens, seed=n_rows + n_tokens)
+    ref, bufs = _ref(Q.Q4_K, w, x)
+    copy = x8.repack_q4_k(w, n_rows, x.shape[1])
+    assert copy.size == n_rows * Q.row_bytes(Q.Q4_K_X8, x.shape[1])
+    got = np.full_like(ref, np.nan)
+    M.matmul(Q.Q4_K_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("n_rows,n_tokens", [(8, 8), (16, 9), (24, 13), (64, 130)])
+def test_q6_k_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
+    # llama.cpp's tiled fold (batches of 8 or more), the only one the layout spells
+    w, x = _case(Q.Q6_K, n_rows=n_rows, n_cols=1024, n_tokens=n_tokens, seed=n_rows + n_tokens)
+    ref, bufs = _ref(Q.Q6_K, w, x)
+    copy = x8.repack_q6_k(w, n_rows, x.shape[1])
+    assert copy.size == n_rows * Q.row_bytes(Q.Q6_K_X8, x.shape[1])
+    got = np.full_like(ref, np.nan)
+    M.matmul(Q.Q6_K_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+    assert x8.copy_tokens(Q.Q6_K_X8, 8) and not x8.copy_tokens(Q.Q6_K_X8, 7)
+
+
 def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
     # -128 would wrap when the weights take the token's sign; such a matrix keeps its layout
     w = _without_minus_128(random_weights(Q.Q8_0, 16, 64, seed=4))
@@ -227,6 +252,8 @@ def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
     w.reshape(-1, 34)[5, 9] = 0x80
     assert x8.repack(w, 16, 64) is None
     assert x8.repack(random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
+    assert x8.repack_q4_k(random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
+    assert x8.repack_q6_k(random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None
 
 
 def test_abs_quants():
