@@ -7,7 +7,7 @@ import numpy as np
 
 from dasllama.formats.gguf import open_gguf
 from dasllama.kernels import ops, x8
-from dasllama.kernels.quants import (Q4_K, Q4_K_X8, Q5_0, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
+from dasllama.kernels.quants import (Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q5_0, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
                                      SUPPORTED as SUPPORTED_QTYPES, q5_0_as_q8_0, row_bytes)
 
 from . import forward as fw
@@ -98,11 +98,11 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None):
     same result, laid out as wbuf/wtab (qtype -1: no copy); decode keeps the file's blocks.
 
     Rows in groups of 8 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale, quants -
-    16) and Q8_0 weights as they are go to the Q8_0_X8 layout, Q4_K weights to Q4_K_X8, Q6_K
-    to Q6_K_X8 (for batches of 8 or more: x8.copy_tokens); Q5_0 whose rows do not group is
-    copied as plain Q8_0 (34/22 of its bytes). The Q8_0 and K-quant copies are larger than
-    the weights they copy (36/34, 312/144, 356/210), so they stop at `budget` bytes in all
-    (default: a quarter of the machine's RAM). The copy is read-only like the
+    16) and Q8_0 weights as they are go to the Q8_0_X8 layout, Q4_0 to Q4_0_X8, Q4_K to
+    Q4_K_X8, Q6_K to Q6_K_X8 (for batches of 8 or more: x8.copy_tokens); Q5_0 whose rows do
+    not group is copied as plain Q8_0 (34/22 of its bytes). The other copies are larger than
+    the weights they copy (36/34, 36/18, 312/144, 356/210), so they stop at `budget` bytes in
+    all (default: a quarter of the machine's RAM). The copy is read-only like the
     memory map, so the forward sees one array type for both."""
     budget = _ram_bytes() // 4 if budget is None else budget
     ptab = np.full_like(wtab, -1)
@@ -110,10 +110,10 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None):
     for layer in range(wtab.shape[0] - 1):      # not the global row: the output matmul
         for slot in range(wtab.shape[1]):       # usually takes one token
             off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-            if not enabled or qtype not in (Q5_0, Q8_0, Q4_K, Q6_K):
+            if not enabled or qtype not in (Q5_0, Q8_0, Q4_0, Q4_K, Q6_K):
                 continue
-            if qtype in (Q4_K, Q6_K):
-                layout = (Q4_K_X8 if qtype == Q4_K else Q6_K_X8) if rows % 8 == 0 else -1
+            if qtype in (Q4_0, Q4_K, Q6_K):
+                layout = {Q4_0: Q4_0_X8, Q4_K: Q4_K_X8, Q6_K: Q6_K_X8}[qtype] if rows % 8 == 0 else -1
             else:
                 layout = Q8_0_X8 if x8.applies(rows, cols) else Q8_0 if qtype == Q5_0 else -1
             if layout < 0:
@@ -129,7 +129,9 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None):
     for layer, slot, off, qtype, rows, cols, layout, at in plan:
         blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
         dst = pbuf[at:at + rows * row_bytes(layout, cols)]
-        if layout == Q4_K_X8:
+        if layout == Q4_0_X8:
+            x8.repack_q4_0(blocks, rows, cols, out=dst)
+        elif layout == Q4_K_X8:
             x8.repack_q4_k(blocks, rows, cols, out=dst)
         elif layout == Q6_K_X8:
             x8.repack_q6_k(blocks, rows, cols, out=dst)

@@ -23,9 +23,9 @@ from numba import njit
 from . import sidecar, simd, x8
 from .actq import act_buffers, act_kind, quantize_act
 from .dots import PATH_VEC, dot_ref, gemm_tokens
-from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
-                     Q5_K, Q6_K, Q8_0, Q4_K_X8, Q6_K_X8, Q8_0_X8, SUPPORTED, dequantize, dequantize_row, row_bytes,
-                     type_name)
+from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_0_X8, Q4_1, Q4_K, Q4_K_X8,
+                     Q5_0, Q5_1, Q5_K, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8, SUPPORTED, dequantize,
+                     dequantize_row, row_bytes, type_name)
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
            "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref"]
@@ -112,6 +112,7 @@ _kd_q6_k = _kp_q6_k = None
 _k_q8_0_x8 = x8.kernel      # the prefill layouts of model.prefill_copies: no variants (yet)
 _k_q4_k_x8 = x8.kernel_q4_k
 _k_q6_k_x8 = x8.kernel_q6_k
+_k_q4_0_x8 = x8.kernel_q4_0
 
 
 def _bind_active():
@@ -169,6 +170,8 @@ def _build_matmul():
                 _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q6_K_X8:
                 _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_0_X8:
+                _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         else:
             if qtype == Q8_0_X8:
                 _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
@@ -176,6 +179,8 @@ def _build_matmul():
                 _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q6_K_X8:
                 _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+            elif qtype == Q4_0_X8:
+                _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q8_0:
                 _kp_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q4_K:

@@ -30,13 +30,14 @@ Q6_K = int(GGMLQuantizationType.Q6_K)
 
 SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 QK_K = 256
-# dasllama's own layouts, outside ggml's type ids: Q8_0 and Q4_K rows repacked in groups of 8
-# for prefill (kernels/x8.py); bytes a row and block: Q8_0_X8 36 (an f32 scale, 32 quants),
+# dasllama's own layouts, outside ggml's type ids: rows repacked in groups of 8 for prefill
+# (kernels/x8.py); bytes a row and block: Q8_0_X8 and Q4_0_X8 36 (an f32 scale, 32 quants),
 # Q4_K_X8 312 (f32 d and dmin, int16 scales and mins, 256 quants), Q6_K_X8 356 (f32 d, int16
 # scales twice, 256 quants)
 Q8_0_X8 = 63
 Q4_K_X8 = 62
 Q6_K_X8 = 61
+Q4_0_X8 = 60
 
 # (qtype id,) -> elements / bytes per block; indexable from njit code.
 BLOCK_ELEMS = np.zeros(64, np.int64)
@@ -46,6 +47,7 @@ for _t in SUPPORTED:
 BLOCK_ELEMS[Q8_0_X8], BLOCK_BYTES[Q8_0_X8] = 32, 36
 BLOCK_ELEMS[Q4_K_X8], BLOCK_BYTES[Q4_K_X8] = 256, 312
 BLOCK_ELEMS[Q6_K_X8], BLOCK_BYTES[Q6_K_X8] = 256, 356
+BLOCK_ELEMS[Q4_0_X8], BLOCK_BYTES[Q4_0_X8] = 32, 36
 
 # Byte offsets of the f16 scale fields (d, dmin/m) inside each block.
 F16_FIELDS = {Q8_0: (0,), Q4_0: (0,), Q5_0: (0,), Q4_1: (0, 2), Q5_1: (0, 2), Q2_K: (80, 82),
@@ -60,7 +62,7 @@ def row_bytes(qtype, n_cols):
 
 
 def type_name(qtype):
-    names = {Q8_0_X8: "Q8_0_X8", Q4_K_X8: "Q4_K_X8", Q6_K_X8: "Q6_K_X8"}
+    names = {Q8_0_X8: "Q8_0_X8", Q4_0_X8: "Q4_0_X8", Q4_K_X8: "Q4_K_X8", Q6_K_X8: "Q6_K_X8"}
     return names[qtype] if qtype in names else GGMLQuantizationType(qtype).name
 
 

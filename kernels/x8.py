@@ -1,8 +1,8 @@
 """Weights repacked in groups of 8 rows for prefill: 8 rows a vector, the token broadcast.
 
-Three layouts, each a copy model.prefill_copies makes at load (decode keeps the file's
-blocks): Q8_0_X8 (of Q8_0 and Q5_0 weights), Q4_K_X8 and Q6_K_X8, each with its tile and
-kernel below. The Q8_0 case first, which shows the idea.
+Four layouts, each a copy model.prefill_copies makes at load (decode keeps the file's
+blocks): Q8_0_X8 (of Q8_0 and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its tile
+and kernel below. The Q8_0 case first, which shows the idea.
 
 The register tiles of simd.py hold one (row, token) pair per accumulator, ggml's 8 int32 lanes
 of the block dot side by side; each pair's fold then needs its own scale product dw*dx spread
@@ -41,7 +41,8 @@ from numba.extending import intrinsic
 
 from .dots import TILED_MIN_TOKENS, gemm_tokens
 from .ir import I8, I32, I64, V8F32, V8I32, V16I16, V32I8, Gen, i64_call, keep_alive
-from .quants import BLOCK_BYTES, JIT, Q4_K, Q4_K_X8, Q6_K_X8, Q8_0_X8, f16_at, q_q6_k, scale_min_k4
+from .quants import (BLOCK_BYTES, JIT, Q4_0_X8, Q4_K, Q4_K_X8, Q6_K_X8, Q8_0_X8, f16_at, q_q4_0,
+                     q_q6_k, scale_min_k4)
 
 GROUP = 8
 _GROUP_BLOCK_BYTES = int(BLOCK_BYTES[Q8_0_X8]) * GROUP     # 288
@@ -263,7 +264,8 @@ def _emit_tile_q4_k(chunks):
                 return [acc_s, acc_m]
 
             acc_s, acc_m = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)] * 2, block)
-            st = b.store(b.fsub(acc_s, acc_m), b.bitcast(g.at(out, b.mul(t, out_stride)), V8F32.as_pointer()))
+            dst = b.bitcast(g.at(out, b.mul(t, out_stride)), V8F32.as_pointer())
+            st = b.store(b.fsub(acc_s, acc_m), dst)
             st.align = 4
             return carry
 
@@ -460,3 +462,116 @@ def copy_tokens(layout, n_tokens):
     """Whether a batch of n_tokens may take a prefill copy in `layout`: Q6_K_X8 spells only
     llama.cpp's tiled fold, which batches of fewer than TILED_MIN_TOKENS do not take."""
     return n_tokens >= TILED_MIN_TOKENS if layout == Q6_K_X8 else n_tokens > 1
+
+
+# --- Q4_0 ------------------------------------------------------------------------------------
+#
+# Q4_0_X8: Q8_0_X8's layout (8 f32 scales, then 8 lanes of 8 rows x 4 bytes: 36 bytes a row and
+# block) holding the nibbles as they are stored, u = q + 8 in [0, 15]. llama.cpp multiplies
+# Q4_0 weights whose rows come in eights with its repacked kernels, one fma per pair and block
+# of the exact integer sum (dots.dot_scalar), so the 8 lanes add up in int16 (|sum| <= 8 * 2 *
+# 15 * 127 < 2**15), one pmaddwd makes each row's sum of u * x, and 8 * (the token's block sum)
+# comes off it: ~2 operations a lane step.
+
+
+def repack_q4_0(blocks, n_rows, n_cols, out=None):
+    """The Q4_0 matrix in the Q4_0_X8 layout (into `out` if given), or None if its rows do
+    not come in whole groups of 8."""
+    if not applies(n_rows, n_cols):
+        return None
+    src = np.ascontiguousarray(blocks).reshape(-1)
+    if out is None:
+        out = np.empty(n_rows * (n_cols // 32) * int(BLOCK_BYTES[Q4_0_X8]), np.uint8)
+    _repack_q4_0(src, n_rows // GROUP, n_cols // 32, out)
+    return out
+
+
+@njit(**JIT, parallel=True)
+def _repack_q4_0(src, n_groups, n_blocks, out):
+    for grp in numba.prange(n_groups):
+        for blk in range(n_blocks):
+            o = (grp * n_blocks + blk) * _GROUP_BLOCK_BYTES
+            scales = out[o:o + 32].view(np.float32)
+            for r in range(GROUP):
+                p = ((grp * GROUP + r) * n_blocks + blk) * 18
+                scales[r] = f16_at(src, p)
+                for e in range(32):
+                    out[o + 32 + 32 * (e // 4) + 4 * r + e % 4] = np.uint8(q_q4_0(src, p, e) + 8)
+
+
+def _emit_tile_q4_0(b, a):
+    g = Gen(b)
+    w = b.inttoptr(a[0], I8.as_pointer())
+    n_blocks = a[1]
+    x, x_stride = b.inttoptr(a[2], I8.as_pointer()), a[3]
+    bs, bs_stride = b.inttoptr(a[4], I8.as_pointer()), a[5]
+    xd, xd_stride, n_tok = b.inttoptr(a[6], I8.as_pointer()), a[7], a[8]
+    out, out_stride = b.inttoptr(a[9], I8.as_pointer()), a[10]
+    ones = g.c(V16I16, 1)
+    from .simd import _loop
+
+    def token(t, carry):
+        xt, bt = g.at(x, b.mul(t, x_stride)), g.at(bs, b.mul(t, bs_stride))
+        dt = g.at(xd, b.mul(t, xd_stride))
+
+        def block(blk, acc):
+            wb = g.at(w, b.mul(blk, g.c(I64, _GROUP_BLOCK_BYTES)))
+            scale = b.fmul(g.load(wb, 0, V8F32), g.splat(g.f32(dt, b.mul(blk, g.c(I64, 4))), 8))
+            sum16 = None
+            for lane in range(8):
+                off = b.add(b.mul(blk, g.c(I64, 32)), g.c(I64, 4 * lane))
+                xs = b.bitcast(g.splat(g.load(xt, off, I32), 8), V32I8)
+                p16 = g.maddubs(g.load(wb, 32 + 32 * lane, V32I8), xs)
+                sum16 = p16 if sum16 is None else b.add(sum16, p16)
+            offset = g.splat(g.load(bt, b.mul(blk, g.c(I64, 4)), I32), 8)
+            ints = b.sub(g.maddwd(sum16, ones), offset)
+            return [g.fma(b.sitofp(ints, V8F32), scale, acc[0])]
+
+        acc, = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)], block)
+        rows = b.fsub(acc, g.c(V8F32, 0.0))     # the repacked kernels' acc - (empty) min sum
+        st = b.store(rows, b.bitcast(g.at(out, b.mul(t, out_stride)), V8F32.as_pointer()))
+        st.align = 4
+        return carry
+
+    _loop(g, g.c(I64, 0), n_tok, [g.c(I64, 0)], token)
+
+
+@intrinsic
+def _tile_q4_0(typingctx, w, n_blocks, x, x_stride, bs, bs_stride, xd, xd_stride, n_tok, out,
+               out_stride):
+    return i64_call(11, "dasllama_tile_q4_0_x8", _emit_tile_q4_0)
+
+
+_tile_q4_0._set_uuid("dasllama.x8.tile_q4_0")
+
+
+@njit(**JIT)
+def block_sums8(xq, n_tokens, n_cols):
+    """8 x each token's sums over its 32-element blocks, int32."""
+    out = np.empty((n_tokens, n_cols // 32), np.int32)
+    for t in range(n_tokens):
+        row = xq[t]
+        for j in range(n_cols // 32):
+            s = np.int32(0)
+            for e in range(32 * j, 32 * j + 32):
+                s += np.int32(row[e])
+            out[t, j] = 8 * s
+    return out
+
+
+@njit(**JIT, parallel=True)
+def kernel_q4_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+    """out[:T, :R] = the Q4_0_X8 matrix w times the Q8_0 activations (the repacked fold)."""
+    n_blocks = n_cols // 32
+    group_bytes = n_blocks * _GROUP_BLOCK_BYTES
+    bs = block_sums8(xq, n_tokens, n_cols)
+    wp, xp, bp = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(bs.ctypes.data)
+    dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
+    xs, bss, ds, os = xq.strides[0], bs.strides[0], xd.strides[0], out.strides[0]
+    chunk = max(1, _ACT_CHUNK_BYTES // max(n_cols, 1))
+    for c0 in range(0, n_tokens, chunk):
+        nt = min(chunk, n_tokens - c0)
+        for grp in numba.prange(n_rows // GROUP):
+            _tile_q4_0(wp + grp * group_bytes, n_blocks, xp + c0 * xs, xs, bp + c0 * bss, bss,
+                       dp + c0 * ds, ds, nt, op + c0 * os + 4 * GROUP * grp, os)
+    keep_alive(bs)

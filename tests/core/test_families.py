@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dasllama.core import Model, load
-from dasllama.kernels.quants import Q4_K_X8, Q6_K_X8, Q8_0_X8
+from dasllama.kernels.quants import Q4_0_X8, Q4_K_X8, Q6_K_X8, Q8_0_X8
 from dasllama.kernels.cpu import probe
 from tests.gguf_factory import ARCHES
 from tests.parity import compare_greedy
@@ -37,11 +37,11 @@ def test_formats(tiny_model, llama_bin, arch, qtype):
     _check(tiny_model, llama_bin, arch, qtype)
 
 
-@pytest.mark.parametrize("qtype,layout", [("Q5_0", Q8_0_X8), ("Q8_0", Q8_0_X8), ("Q4_K", Q4_K_X8),
-                                          ("Q6_K", Q6_K_X8)])
+@pytest.mark.parametrize("qtype,layout", [("Q5_0", Q8_0_X8), ("Q8_0", Q8_0_X8), ("Q4_0", Q4_0_X8),
+                                          ("Q4_K", Q4_K_X8), ("Q6_K", Q6_K_X8)])
 def test_prefill_copies_change_no_logit(tiny_model, qtype, layout):
-    # prefill multiplies copies of Q5_0 and Q8_0 weights in the 8-row Q8_0_X8 layout, of Q4_K
-    # in Q4_K_X8, of Q6_K in Q6_K_X8 (same integers, same folds); decode, batches under 8 with
+    # prefill multiplies copies of Q5_0 and Q8_0 weights in the 8-row Q8_0_X8 layout, of Q4_0,
+    # Q4_K and Q6_K in their X8 layouts (same integers, same folds); decode, batches under 8 with
     # Q6_K and the model without copies use the file's blocks: every logit must agree bit
     # for bit
     path = tiny_model("llama", qtype)

@@ -232,6 +232,18 @@ def test_q4_k_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (16, 5), (24, 33), (64, 130)])
+def test_q4_0_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
+    # llama.cpp's repacked Q4_0 fold: one fma per pair and block of the exact integer sum
+    w, x = _case(Q.Q4_0, n_rows=n_rows, n_tokens=n_tokens, seed=n_rows + n_tokens)
+    ref, bufs = _ref(Q.Q4_0, w, x)
+    copy = x8.repack_q4_0(w, n_rows, x.shape[1])
+    assert copy.size == n_rows * Q.row_bytes(Q.Q4_0_X8, x.shape[1])
+    got = np.full_like(ref, np.nan)
+    M.matmul(Q.Q4_0_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
 @pytest.mark.parametrize("n_rows,n_tokens", [(8, 8), (16, 9), (24, 13), (64, 130)])
 def test_q6_k_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
     # llama.cpp's tiled fold (batches of 8 or more), the only one the layout spells
@@ -254,6 +266,7 @@ def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
     assert x8.repack(random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
     assert x8.repack_q4_k(random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
     assert x8.repack_q6_k(random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None
+    assert x8.repack_q4_0(random_weights(Q.Q4_0, 12, 64, seed=4), 12, 64) is None
 
 
 def test_abs_quants():
