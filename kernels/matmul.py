@@ -137,7 +137,15 @@ def _build_matmul():
         quantize_act (T rows used); every array row-contiguous (out[t] and xq[t] plain rows).
         One token runs the decode variant of the format, more the prefill variant."""
         _ = selection  # noqa: F841  (the cache key, see above)
-        if n_tokens == 1:
+        if qtype == Q8_0_X8:        # the prefill copies' layouts (model.prefill_copies)
+            _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif qtype == Q4_0_X8:
+            _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif qtype == Q4_K_X8:
+            _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif qtype == Q6_K_X8:
+            _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif n_tokens == 1:
             if qtype == Q8_0:
                 _kd_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q4_K:
@@ -164,24 +172,8 @@ def _build_matmul():
                 _kd_bf16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == F32:
                 _kd_f32(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q8_0_X8:
-                _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_K_X8:
-                _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q6_K_X8:
-                _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_0_X8:
-                _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         else:
-            if qtype == Q8_0_X8:
-                _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_K_X8:
-                _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q6_K_X8:
-                _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_0_X8:
-                _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q8_0:
+            if qtype == Q8_0:
                 _kp_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
             elif qtype == Q4_K:
                 _kp_q4_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)

@@ -42,37 +42,149 @@ from numba.extending import intrinsic
 from .dots import TILED_MIN_TOKENS, gemm_tokens
 from .ir import I8, I32, I64, V8F32, V8I32, V16I16, V32I8, Gen, i64_call, keep_alive
 from .quants import (BLOCK_BYTES, JIT, Q4_0_X8, Q4_K, Q4_K_X8, Q6_K_X8, Q8_0_X8, f16_at, q_q4_0,
-                     q_q6_k, scale_min_k4)
+                     q_q6_k, row_bytes, scale_min_k4)
 
 GROUP = 8
-_GROUP_BLOCK_BYTES = int(BLOCK_BYTES[Q8_0_X8]) * GROUP     # 288
-_ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: x and |x| stay in L2
+_ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
 
 
 def applies(n_rows, n_cols):
-    """Whether a matrix of this shape can take the layout (rows in whole groups)."""
+    """Whether a Q8_0 or Q4_0 matrix of this shape can take its layout (rows in whole groups)."""
     return n_rows % GROUP == 0 and n_cols % 32 == 0
 
 
-def repack(blocks, n_rows, n_cols, out=None):
-    """The Q8_0 matrix (n_rows x n_cols, its bytes) in the Q8_0_X8 layout (into `out` if
-    given: n_rows * n_cols / 32 * 36 bytes), or None where that does not apply: a shape not
-    `applies`, or a quant of -128 (see the module note)."""
-    if not applies(n_rows, n_cols):
-        return None
-    src = np.ascontiguousarray(blocks).reshape(-1)
-    if out is None:
-        out = np.empty(n_rows * (n_cols // 32) * int(BLOCK_BYTES[Q8_0_X8]), np.uint8)
-    return out if _repack(src, n_rows // GROUP, n_cols // 32, out) else None
+@njit(**JIT, inline="always")
+def copy_tokens(layout, n_tokens):
+    """Whether a batch of n_tokens may take a prefill copy in `layout`: Q6_K_X8 spells only
+    llama.cpp's tiled fold, which batches of fewer than TILED_MIN_TOKENS do not take."""
+    return n_tokens >= TILED_MIN_TOKENS if layout == Q6_K_X8 else n_tokens > 1
 
+
+# --- the template: repack, tile, kernel ------------------------------------------------------
+
+def _repacker(fill, layout, block_elems):
+    """repack(blocks, n_rows, n_cols, out=None): the matrix in `layout` (into `out` if given),
+    or None if its rows do not come in whole groups of 8 or `fill` declines it."""
+    def repack(blocks, n_rows, n_cols, out=None):
+        if n_rows % GROUP or n_cols % block_elems:
+            return None
+        src = np.ascontiguousarray(blocks).reshape(-1)
+        if out is None:
+            out = np.empty(n_rows * row_bytes(layout, n_cols), np.uint8)
+        return out if fill(src, n_rows // GROUP, n_cols // block_elems, out) else None
+    return repack
+
+
+class _Token:
+    """One token's rows as a tile reads them: its int8 quants, its per-call extra (aux) and
+    its block scales, at byte pointers."""
+
+    def __init__(self, g, x, aux, xd, block_elems):
+        self.g, self.x, self.aux, self.xd, self.block_elems = g, x, aux, xd, block_elems
+
+    def lane(self, blk, lane, base=None):
+        """The 4 bytes of `lane` of block blk (of x, or of `base`) broadcast to 32."""
+        g, b = self.g, self.g.b
+        off = b.add(b.mul(blk, g.c(I64, self.block_elems)), g.c(I64, 4 * lane))
+        return b.bitcast(g.splat(g.load(self.x if base is None else base, off, I32), 8), V32I8)
+
+    def scale(self, blk):
+        """The block's f32 scale spread over 8 lanes."""
+        return self.g.splat(self.g.f32(self.xd, self.g.b.mul(blk, self.g.c(I64, 4))), 8)
+
+
+def _tile(name, layout, block_elems, n_acc, block, finish):
+    """The intrinsic tile(w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
+    out_stride) of one group of 8 rows (w: its bytes) against n_tok tokens: per token,
+    acc = block(g, wb, token, blk, acc) over the blocks (wb: the group's bytes of block blk),
+    then finish(g, acc), the 8 rows' floats, stored at out + t * out_stride."""
+    group_block = int(BLOCK_BYTES[layout]) * GROUP
+
+    def emit(b, a):
+        from .simd import _loop
+        g = Gen(b)
+        ptr = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 2, 4, 6, 9)]
+        w, x, aux, xd, out = ptr
+        n_blocks, n_tok = a[1], a[8]
+
+        def token(t, carry):
+            tok = _Token(g, g.at(x, b.mul(t, a[3])), g.at(aux, b.mul(t, a[5])), g.at(xd, b.mul(t, a[7])),
+                         block_elems)
+
+            def each(blk, acc):
+                return block(g, g.at(w, b.mul(blk, g.c(I64, group_block))), tok, blk, acc)
+
+            acc = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)] * n_acc, each)
+            st = b.store(finish(g, acc), b.bitcast(g.at(out, b.mul(t, a[10])), V8F32.as_pointer()))
+            st.align = 4
+            return carry
+
+        _loop(g, g.c(I64, 0), n_tok, [g.c(I64, 0)], token)
+
+    @intrinsic
+    def tile(typingctx, w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
+             out_stride):
+        return i64_call(11, "dasllama_tile_" + name, emit)
+
+    tile._set_uuid("dasllama.x8." + name)    # a stable disk-cache key (see simd.tile_intrinsic)
+    return tile
+
+
+# what a kernel computes per call for its tiles' aux rows
+AUX_ABS, AUX_BLOCK_SUMS8, AUX_BSUMS32, AUX_BSUMS16 = range(4)
+
+
+def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
+    """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`:
+    prange over row groups, cache-sized token chunks outside. With gemv_tile (Q4_K), the first
+    tokens dots.gemm_tokens gives llama.cpp's repacked gemm take `tile`, the rest gemv_tile.
+    (The aux functions are called as globals under a compile-time kind: a captured dispatcher
+    would key numba's disk cache on a random id.)"""
+    group_block = int(BLOCK_BYTES[layout]) * GROUP
+    split = gemv_tile is not None
+    gemv = gemv_tile if split else tile
+
+    @njit(**JIT, parallel=True)
+    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+        n_blocks = n_cols // block_elems
+        group_bytes = n_blocks * group_block
+        if aux_kind == AUX_ABS:         # compile-time constants: one branch is compiled
+            aux = abs_quants(xq, n_tokens, n_cols)
+        elif aux_kind == AUX_BLOCK_SUMS8:
+            aux = block_sums8(xq, n_tokens, n_cols)
+        elif aux_kind == AUX_BSUMS32:
+            aux = bsums32(xa, n_tokens, n_cols)
+        else:
+            aux = bsums16(xa, n_tokens, n_cols)
+        n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
+        wp, xp, ap = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(aux.ctypes.data)
+        dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
+        xs, as_, ds, os = xq.strides[0], aux.strides[0], xd.strides[0], out.strides[0]
+        chunk = max(1, _ACT_CHUNK_BYTES // max(2 * n_cols, 1))
+        for c0 in range(0, n_tokens, chunk):
+            c1 = min(n_tokens, c0 + chunk)
+            t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
+            for grp in numba.prange(n_rows // GROUP):
+                wg, og = wp + grp * group_bytes, op + 4 * GROUP * grp
+                if t1 > c0:
+                    tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
+                         t1 - c0, og + c0 * os, os)
+                if c1 > t1:
+                    gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
+                         c1 - t1, og + t1 * os, os)
+        keep_alive(aux)
+    return kernel
+
+
+# --- Q8_0 (and Q5_0 as Q8_0) -----------------------------------------------------------------
 
 @njit(**JIT, parallel=True)
-def _repack(src, n_groups, n_blocks, out):
-    """Fill out from the Q8_0 rows in src; False if a quant is -128."""
+def _fill_q8_0(src, n_groups, n_blocks, out):
+    """Q8_0_X8 from the Q8_0 rows in src; False if a quant is -128."""
     bad = 0
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * _GROUP_BLOCK_BYTES
+            o = (grp * n_blocks + blk) * 288
             scales = out[o:o + 32].view(np.float32)
             for r in range(GROUP):
                 p = ((grp * GROUP + r) * n_blocks + blk) * 34
@@ -84,60 +196,30 @@ def _repack(src, n_groups, n_blocks, out):
     return bad == 0
 
 
-def _emit_tile(b, a):
-    """for each token: for each block: 8 lane fmas over 8 rows; then the 8 rows' hsum8."""
-    g = Gen(b)
-    w = b.inttoptr(a[0], I8.as_pointer())
-    n_blocks = a[1]
-    x, x_stride = b.inttoptr(a[2], I8.as_pointer()), a[3]
-    xabs, xabs_stride = b.inttoptr(a[4], I8.as_pointer()), a[5]
-    xd, xd_stride, n_tok = b.inttoptr(a[6], I8.as_pointer()), a[7], a[8]
-    out, out_stride = b.inttoptr(a[9], I8.as_pointer()), a[10]
-    ones = g.c(V16I16, 1)
-    from .simd import _loop
-
-    def token(t, carry):
-        xt, at = g.at(x, b.mul(t, x_stride)), g.at(xabs, b.mul(t, xabs_stride))
-        dt = g.at(xd, b.mul(t, xd_stride))
-
-        def block(blk, acc):
-            wb = g.at(w, b.mul(blk, g.c(I64, _GROUP_BLOCK_BYTES)))
-            scale = b.fmul(g.load(wb, 0, V8F32), g.splat(g.f32(dt, b.mul(blk, g.c(I64, 4))), 8))
-            new = []
-            for lane in range(8):
-                off = b.add(b.mul(blk, g.c(I64, 32)), g.c(I64, 4 * lane))
-                xs = b.bitcast(g.splat(g.load(xt, off, I32), 8), V32I8)
-                xa = b.bitcast(g.splat(g.load(at, off, I32), 8), V32I8)
-                ints = g.maddwd(g.maddubs(xa, g.psign(g.load(wb, 32 + 32 * lane, V32I8), xs)), ones)
-                new.append(g.fma(scale, g.cvt(ints), acc[lane]))
-            return new
-
-        acc = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)] * 8, block)
-        # hsum_float_8 of each row, lanes (0+4 + 2+6) + (1+5 + 3+7), then + 0.0 as the gemv's
-        # fold adds its (empty) leftover sum
-        s = [b.fadd(acc[i], acc[i + 4]) for i in range(4)]
-        rows = b.fadd(b.fadd(b.fadd(s[0], s[2]), b.fadd(s[1], s[3])), g.c(V8F32, 0.0))
-        st = b.store(rows, b.bitcast(g.at(out, b.mul(t, out_stride)), V8F32.as_pointer()))
-        st.align = 4
-        return carry
-
-    _loop(g, g.c(I64, 0), n_tok, [g.c(I64, 0)], token)
+def _block_q8_0(g, wb, tok, blk, acc):
+    """8 lane fmas over 8 rows: pmaddubsw(|x|, w signed by x) (aux holds |x|)."""
+    b = g.b
+    scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
+    new = []
+    for lane in range(8):
+        signed = g.psign(g.load(wb, 32 + 32 * lane, V32I8), tok.lane(blk, lane))
+        ints = g.maddwd(g.maddubs(tok.lane(blk, lane, tok.aux), signed), g.c(V16I16, 1))
+        new.append(g.fma(scale, g.cvt(ints), acc[lane]))
+    return new
 
 
-@intrinsic
-def _tile(typingctx, w, n_blocks, x, x_stride, xabs, xabs_stride, xd, xd_stride, n_tok, out,
-          out_stride):
-    """One group of 8 rows (w: its bytes) against n_tok tokens; out: 8 floats a token."""
-    return i64_call(11, "dasllama_tile_q8_0_x8", _emit_tile)
-
-
-_tile._set_uuid("dasllama.x8.tile")    # a stable disk-cache key (see simd.tile_intrinsic)
+def _finish_q8_0(g, acc):
+    """hsum_float_8 of each row, lanes (0+4 + 2+6) + (1+5 + 3+7), then + 0.0 as the gemv's
+    fold adds its (empty) leftover sum."""
+    b = g.b
+    s = [b.fadd(acc[i], acc[i + 4]) for i in range(4)]
+    return b.fadd(b.fadd(b.fadd(s[0], s[2]), b.fadd(s[1], s[3])), g.c(V8F32, 0.0))
 
 
 @njit(**JIT)
 def abs_quants(xq, n_tokens, n_cols):
-    """|x| of each token's int8 quants as uint8 (x is never -128: ggml's quantiser rounds
-    into [-127, 127])."""
+    """|x| of each token's int8 quants as uint8 (Q8_0 activations are never -128: ggml's
+    quantiser rounds into [-127, 127])."""
     out = np.empty((n_tokens, n_cols), np.uint8)
     for t in range(n_tokens):
         src, dst = xq[t], out[t]
@@ -147,321 +229,8 @@ def abs_quants(xq, n_tokens, n_cols):
     return out
 
 
-@njit(**JIT, parallel=True)
-def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-    """out[:T, :R] = the Q8_0_X8 matrix w times the Q8_0 activations, as matmul's kernels."""
-    n_blocks = n_cols // 32
-    group_bytes = n_blocks * _GROUP_BLOCK_BYTES
-    xabs = abs_quants(xq, n_tokens, n_cols)
-    wp, xp, ap = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(xabs.ctypes.data)
-    dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
-    xs, as_, ds, os = xq.strides[0], xabs.strides[0], xd.strides[0], out.strides[0]
-    chunk = max(1, _ACT_CHUNK_BYTES // max(2 * n_cols, 1))
-    for c0 in range(0, n_tokens, chunk):
-        nt = min(chunk, n_tokens - c0)
-        for grp in numba.prange(n_rows // GROUP):
-            _tile(wp + grp * group_bytes, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_,
-                  dp + c0 * ds, ds, nt, op + c0 * os + 4 * GROUP * grp, os)
-    keep_alive(xabs)
-
-
-
-# --- Q4_K ------------------------------------------------------------------------------------
-#
-# Q4_K_X8: per group of 8 rows, per 256-element block (2496 bytes, 312 a row and block):
-#   0    d of the 8 rows, f32            32   dmin, f32
-#   64   the 8 sub-block scales: per sub-block 16 int16, row r's scale at 2r and 2r+1
-#   320  the mins: per 64-element chunk k 16 int16, row r's min of sub-blocks 2k, 2k+1 at 2r, 2r+1
-#   448  the quants (0..15, a byte each) in 64 lanes of 4 elements, 8 rows x 4 bytes a lane
-# The nibbles stay unsigned, so pmaddubsw takes them against the token's bytes as they are
-# (no psign), and a sub-block's 8 lanes add up in int16 (|sum| <= 8 * 2 * 15 * 128 < 2**15)
-# before one pmaddwd by the scales: ~2 operations a lane step against Q8_0's 5.
-
-_Q4_K_GROUP_BLOCK = int(BLOCK_BYTES[Q4_K_X8]) * GROUP      # 2496
-_Q4K_SC, _Q4K_MIN, _Q4K_Q = 64, 320, 448
-
-
-def repack_q4_k(blocks, n_rows, n_cols, out=None):
-    """The Q4_K matrix in the Q4_K_X8 layout (into `out` if given), or None if its rows do
-    not come in whole groups of 8."""
-    if n_rows % GROUP or n_cols % 256:
-        return None
-    src = np.ascontiguousarray(blocks).reshape(-1)
-    if out is None:
-        out = np.empty(n_rows * (n_cols // 256) * int(BLOCK_BYTES[Q4_K_X8]), np.uint8)
-    _repack_q4_k(src, n_rows // GROUP, n_cols // 256, out)
-    return out
-
-
-@njit(**JIT, parallel=True)
-def _repack_q4_k(src, n_groups, n_blocks, out):
-    for grp in numba.prange(n_groups):
-        for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * _Q4_K_GROUP_BLOCK
-            d = out[o:o + 64].view(np.float32)
-            sc = out[o + _Q4K_SC:o + _Q4K_Q].view(np.int16)
-            for r in range(GROUP):
-                p = ((grp * GROUP + r) * n_blocks + blk) * 144
-                d[r] = f16_at(src, p)
-                d[8 + r] = f16_at(src, p + 2)
-                for j in range(8):
-                    s, m = scale_min_k4(src, p + 4, j)
-                    sc[16 * j + 2 * r] = s
-                    sc[16 * j + 2 * r + 1] = s
-                    sc[128 + 16 * (j // 2) + 2 * r + j % 2] = m
-                for e in range(256):
-                    j = e // 32
-                    q = (src[p + 16 + 32 * (j // 2) + e % 32] >> (4 * (j % 2))) & 0xF
-                    out[o + _Q4K_Q + 32 * (e // 4) + 4 * r + e % 4] = q
-
-
-def _emit_tile_q4_k(chunks):
-    """The tile of one row group over n_tok tokens: chunks=4 folds as llama.cpp's repacked
-    gemm (ggml_gemm_q4_K_8x8_q8_K: one fma per 64-element chunk), chunks=1 as its repacked
-    gemv (one per block); both as dots.dot_scalar, ints and mins in their own sums."""
-    def emit(b, a):
-        g = Gen(b)
-        w = b.inttoptr(a[0], I8.as_pointer())
-        n_blocks = a[1]
-        x, x_stride = b.inttoptr(a[2], I8.as_pointer()), a[3]
-        bs, bs_stride = b.inttoptr(a[4], I8.as_pointer()), a[5]
-        xd, xd_stride, n_tok = b.inttoptr(a[6], I8.as_pointer()), a[7], a[8]
-        out, out_stride = b.inttoptr(a[9], I8.as_pointer()), a[10]
-        from .simd import _loop
-
-        def token(t, carry):
-            xt, bt = g.at(x, b.mul(t, x_stride)), g.at(bs, b.mul(t, bs_stride))
-            dt = g.at(xd, b.mul(t, xd_stride))
-
-            def block(blk, acc):
-                acc_s, acc_m = acc
-                wb = g.at(w, b.mul(blk, g.c(I64, _Q4_K_GROUP_BLOCK)))
-                dx = g.splat(g.f32(dt, b.mul(blk, g.c(I64, 4))), 8)
-                d, dmin = b.fmul(g.load(wb, 0, V8F32), dx), b.fmul(g.load(wb, 32, V8F32), dx)
-                ints, mins = [], []
-                for k in range(4):
-                    chunk = None
-                    for sub in (2 * k, 2 * k + 1):
-                        sum16 = None
-                        for lane in range(8 * sub, 8 * sub + 8):
-                            off = b.add(b.mul(blk, g.c(I64, 256)), g.c(I64, 4 * lane))
-                            xs = b.bitcast(g.splat(g.load(xt, off, I32), 8), V32I8)
-                            p16 = g.maddubs(g.load(wb, _Q4K_Q + 32 * lane, V32I8), xs)
-                            sum16 = p16 if sum16 is None else b.add(sum16, p16)
-                        v = g.maddwd(sum16, g.load(wb, _Q4K_SC + 32 * sub, V16I16))
-                        chunk = v if chunk is None else b.add(chunk, v)
-                    pair = g.load(bt, b.add(b.mul(blk, g.c(I64, 16)), g.c(I64, 4 * k)), I32)
-                    m = g.maddwd(g.load(wb, _Q4K_MIN + 32 * k, V16I16),
-                                 b.bitcast(g.splat(pair, 8), V16I16))
-                    ints.append(chunk)
-                    mins.append(m)
-                if chunks == 1:
-                    ints = [b.add(b.add(ints[0], ints[1]), b.add(ints[2], ints[3]))]
-                    mins = [b.add(b.add(mins[0], mins[1]), b.add(mins[2], mins[3]))]
-                for i, m in zip(ints, mins):
-                    acc_s = g.fma(b.sitofp(i, V8F32), d, acc_s)
-                    acc_m = g.fma(b.sitofp(m, V8F32), dmin, acc_m)
-                return [acc_s, acc_m]
-
-            acc_s, acc_m = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)] * 2, block)
-            dst = b.bitcast(g.at(out, b.mul(t, out_stride)), V8F32.as_pointer())
-            st = b.store(b.fsub(acc_s, acc_m), dst)
-            st.align = 4
-            return carry
-
-        _loop(g, g.c(I64, 0), n_tok, [g.c(I64, 0)], token)
-    return emit
-
-
-@intrinsic
-def _tile_q4_k_gemm(typingctx, w, n_blocks, x, x_stride, bs, bs_stride, xd, xd_stride, n_tok, out,
-                    out_stride):
-    return i64_call(11, "dasllama_tile_q4_k_x8_gemm", _emit_tile_q4_k(4))
-
-
-@intrinsic
-def _tile_q4_k_gemv(typingctx, w, n_blocks, x, x_stride, bs, bs_stride, xd, xd_stride, n_tok, out,
-                    out_stride):
-    return i64_call(11, "dasllama_tile_q4_k_x8_gemv", _emit_tile_q4_k(1))
-
-
-_tile_q4_k_gemm._set_uuid("dasllama.x8.tile_q4_k_gemm")
-_tile_q4_k_gemv._set_uuid("dasllama.x8.tile_q4_k_gemv")
-
-
-@njit(**JIT)
-def bsums32(xa, n_tokens, n_cols):
-    """Each token's sums over 32 elements (Q8_K keeps them per 16, xa) as int16."""
-    out = np.empty((n_tokens, n_cols // 32), np.int16)
-    for t in range(n_tokens):
-        for j in range(n_cols // 32):
-            out[t, j] = np.int16(xa[t, 2 * j] + xa[t, 2 * j + 1])
-    return out
-
-
-@njit(**JIT, parallel=True)
-def kernel_q4_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-    """out[:T, :R] = the Q4_K_X8 matrix w times the Q8_K activations; the first tokens that
-    dots.gemm_tokens gives llama.cpp's repacked gemm take its fold, the rest its gemv's."""
-    n_blocks = n_cols // 256
-    group_bytes = n_blocks * _Q4_K_GROUP_BLOCK
-    bs = bsums32(xa, n_tokens, n_cols)
-    n_batch, _ = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)
-    wp, xp, bp = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(bs.ctypes.data)
-    dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
-    xs, bss, ds, os = xq.strides[0], bs.strides[0], xd.strides[0], out.strides[0]
-    chunk = max(1, _ACT_CHUNK_BYTES // max(n_cols, 1))
-    for c0 in range(0, n_tokens, chunk):
-        c1 = min(n_tokens, c0 + chunk)
-        nb = max(0, min(c1, n_batch) - c0)     # this chunk's gemm tokens, then its gemv tokens
-        for grp in numba.prange(n_rows // GROUP):
-            wg, og = wp + grp * group_bytes, op + 4 * GROUP * grp
-            if nb:
-                _tile_q4_k_gemm(wg, n_blocks, xp + c0 * xs, xs, bp + c0 * bss, bss, dp + c0 * ds, ds,
-                                nb, og + c0 * os, os)
-            if c0 + nb < c1:
-                t0 = c0 + nb
-                _tile_q4_k_gemv(wg, n_blocks, xp + t0 * xs, xs, bp + t0 * bss, bss, dp + t0 * ds, ds,
-                                c1 - t0, og + t0 * os, os)
-    keep_alive(bs)
-
-
-# --- Q6_K ------------------------------------------------------------------------------------
-#
-# Q6_K_X8: per group of 8 rows, per 256-element block (2848 bytes, 356 a row and block):
-#   0    d of the 8 rows, f32
-#   32   the 16 sub-block scales: per sub-block 16 int16, row r's scale at 2r and 2r+1
-#   544  the scales again in pairs: per i 16 int16, row r's scales 2i, 2i+1 at 2r, 2r+1
-#   800  the quants (0..63, unsigned as stored) in 64 lanes of 4 elements, 8 rows x 4 bytes
-# Only llama.cpp's tiled fold (batches of TILED_MIN_TOKENS or more) is spelt here:
-#   s = sum_j sc_j * sum (q - 32) x = sum_j sc_j * sum q x - 32 * sum_j sc_j * bsum16_j,
-#   res = f32(s) * d, acc = fma(res, dx, acc)   (dots.dot_tiled)
-# pmaddubsw takes the unsigned quants as they are; two lanes add up in int16
-# (|sum| <= 2 * 2 * 63 * 128 < 2**15) before a pmaddwd by the scale.
-
-_Q6_K_GROUP_BLOCK = int(BLOCK_BYTES[Q6_K_X8]) * GROUP      # 2848
-_Q6K_SC, _Q6K_SC2, _Q6K_Q = 32, 544, 800
-
-
-def repack_q6_k(blocks, n_rows, n_cols, out=None):
-    """The Q6_K matrix in the Q6_K_X8 layout (into `out` if given), or None if its rows do
-    not come in whole groups of 8."""
-    if n_rows % GROUP or n_cols % 256:
-        return None
-    src = np.ascontiguousarray(blocks).reshape(-1)
-    if out is None:
-        out = np.empty(n_rows * (n_cols // 256) * int(BLOCK_BYTES[Q6_K_X8]), np.uint8)
-    _repack_q6_k(src, n_rows // GROUP, n_cols // 256, out)
-    return out
-
-
-@njit(**JIT, parallel=True)
-def _repack_q6_k(src, n_groups, n_blocks, out):
-    for grp in numba.prange(n_groups):
-        for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * _Q6_K_GROUP_BLOCK
-            d = out[o:o + 32].view(np.float32)
-            sc = out[o + _Q6K_SC:o + _Q6K_Q].view(np.int16)
-            for r in range(GROUP):
-                p = ((grp * GROUP + r) * n_blocks + blk) * 210
-                d[r] = f16_at(src, p + 208)
-                for j in range(16):
-                    v = np.int16(np.int8(src[p + 192 + j]))
-                    sc[16 * j + 2 * r] = v
-                    sc[16 * j + 2 * r + 1] = v
-                    sc[256 + 16 * (j // 2) + 2 * r + j % 2] = v
-                for e in range(256):
-                    out[o + _Q6K_Q + 32 * (e // 4) + 4 * r + e % 4] = np.uint8(q_q6_k(src, p, e))
-
-
-def _emit_tile_q6_k(b, a):
-    g = Gen(b)
-    w = b.inttoptr(a[0], I8.as_pointer())
-    n_blocks = a[1]
-    x, x_stride = b.inttoptr(a[2], I8.as_pointer()), a[3]
-    bs, bs_stride = b.inttoptr(a[4], I8.as_pointer()), a[5]
-    xd, xd_stride, n_tok = b.inttoptr(a[6], I8.as_pointer()), a[7], a[8]
-    out, out_stride = b.inttoptr(a[9], I8.as_pointer()), a[10]
-    from .simd import _loop
-
-    def token(t, carry):
-        xt, bt = g.at(x, b.mul(t, x_stride)), g.at(bs, b.mul(t, bs_stride))
-        dt = g.at(xd, b.mul(t, xd_stride))
-
-        def block(blk, acc):
-            wb = g.at(w, b.mul(blk, g.c(I64, _Q6_K_GROUP_BLOCK)))
-            total = None
-            for sub in range(16):
-                for half in (0, 1):
-                    sum16 = None
-                    for lane in range(4 * sub + 2 * half, 4 * sub + 2 * half + 2):
-                        off = b.add(b.mul(blk, g.c(I64, 256)), g.c(I64, 4 * lane))
-                        xs = b.bitcast(g.splat(g.load(xt, off, I32), 8), V32I8)
-                        p16 = g.maddubs(g.load(wb, _Q6K_Q + 32 * lane, V32I8), xs)
-                        sum16 = p16 if sum16 is None else b.add(sum16, p16)
-                    v = g.maddwd(sum16, g.load(wb, _Q6K_SC + 32 * sub, V16I16))
-                    total = v if total is None else b.add(total, v)
-            corr = None
-            for i in range(8):
-                pair = g.load(bt, b.add(b.mul(blk, g.c(I64, 32)), g.c(I64, 4 * i)), I32)
-                v = g.maddwd(g.load(wb, _Q6K_SC2 + 32 * i, V16I16), b.bitcast(g.splat(pair, 8), V16I16))
-                corr = v if corr is None else b.add(corr, v)
-            ints = b.sub(total, b.shl(corr, g.c(V8I32, 5)))
-            res = b.fmul(b.sitofp(ints, V8F32), g.load(wb, 0, V8F32))
-            dx = g.splat(g.f32(dt, b.mul(blk, g.c(I64, 4))), 8)
-            return [g.fma(res, dx, acc[0])]
-
-        acc, = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)], block)
-        st = b.store(acc, b.bitcast(g.at(out, b.mul(t, out_stride)), V8F32.as_pointer()))
-        st.align = 4
-        return carry
-
-    _loop(g, g.c(I64, 0), n_tok, [g.c(I64, 0)], token)
-
-
-@intrinsic
-def _tile_q6_k(typingctx, w, n_blocks, x, x_stride, bs, bs_stride, xd, xd_stride, n_tok, out,
-               out_stride):
-    return i64_call(11, "dasllama_tile_q6_k_x8_tiled", _emit_tile_q6_k)
-
-
-_tile_q6_k._set_uuid("dasllama.x8.tile_q6_k_tiled")
-
-
-@njit(**JIT)
-def bsums16(xa, n_tokens, n_cols):
-    """Each token's Q8_K sums over 16 elements (xa, as f32) as int16."""
-    out = np.empty((n_tokens, n_cols // 16), np.int16)
-    for t in range(n_tokens):
-        for j in range(n_cols // 16):
-            out[t, j] = np.int16(xa[t, j])
-    return out
-
-
-@njit(**JIT, parallel=True)
-def kernel_q6_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-    """out[:T, :R] = the Q6_K_X8 matrix w times the Q8_K activations, in llama.cpp's tiled
-    fold: batches of TILED_MIN_TOKENS or more only (model.copy_tokens sees to it)."""
-    n_blocks = n_cols // 256
-    group_bytes = n_blocks * _Q6_K_GROUP_BLOCK
-    bs = bsums16(xa, n_tokens, n_cols)
-    wp, xp, bp = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(bs.ctypes.data)
-    dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
-    xs, bss, ds, os = xq.strides[0], bs.strides[0], xd.strides[0], out.strides[0]
-    chunk = max(1, _ACT_CHUNK_BYTES // max(n_cols, 1))
-    for c0 in range(0, n_tokens, chunk):
-        nt = min(chunk, n_tokens - c0)
-        for grp in numba.prange(n_rows // GROUP):
-            _tile_q6_k(wp + grp * group_bytes, n_blocks, xp + c0 * xs, xs, bp + c0 * bss, bss,
-                       dp + c0 * ds, ds, nt, op + c0 * os + 4 * GROUP * grp, os)
-    keep_alive(bs)
-
-
-@njit(**JIT, inline="always")
-def copy_tokens(layout, n_tokens):
-    """Whether a batch of n_tokens may take a prefill copy in `layout`: Q6_K_X8 spells only
-    llama.cpp's tiled fold, which batches of fewer than TILED_MIN_TOKENS do not take."""
-    return n_tokens >= TILED_MIN_TOKENS if layout == Q6_K_X8 else n_tokens > 1
+repack = _repacker(_fill_q8_0, Q8_0_X8, 32)
+kernel = _kernel(Q8_0_X8, 32, AUX_ABS, _tile("q8_0_x8", Q8_0_X8, 32, 8, _block_q8_0, _finish_q8_0))
 
 
 # --- Q4_0 ------------------------------------------------------------------------------------
@@ -473,76 +242,36 @@ def copy_tokens(layout, n_tokens):
 # 15 * 127 < 2**15), one pmaddwd makes each row's sum of u * x, and 8 * (the token's block sum)
 # comes off it: ~2 operations a lane step.
 
-
-def repack_q4_0(blocks, n_rows, n_cols, out=None):
-    """The Q4_0 matrix in the Q4_0_X8 layout (into `out` if given), or None if its rows do
-    not come in whole groups of 8."""
-    if not applies(n_rows, n_cols):
-        return None
-    src = np.ascontiguousarray(blocks).reshape(-1)
-    if out is None:
-        out = np.empty(n_rows * (n_cols // 32) * int(BLOCK_BYTES[Q4_0_X8]), np.uint8)
-    _repack_q4_0(src, n_rows // GROUP, n_cols // 32, out)
-    return out
-
-
 @njit(**JIT, parallel=True)
-def _repack_q4_0(src, n_groups, n_blocks, out):
+def _fill_q4_0(src, n_groups, n_blocks, out):
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * _GROUP_BLOCK_BYTES
+            o = (grp * n_blocks + blk) * 288
             scales = out[o:o + 32].view(np.float32)
             for r in range(GROUP):
                 p = ((grp * GROUP + r) * n_blocks + blk) * 18
                 scales[r] = f16_at(src, p)
                 for e in range(32):
                     out[o + 32 + 32 * (e // 4) + 4 * r + e % 4] = np.uint8(q_q4_0(src, p, e) + 8)
+    return True
 
 
-def _emit_tile_q4_0(b, a):
-    g = Gen(b)
-    w = b.inttoptr(a[0], I8.as_pointer())
-    n_blocks = a[1]
-    x, x_stride = b.inttoptr(a[2], I8.as_pointer()), a[3]
-    bs, bs_stride = b.inttoptr(a[4], I8.as_pointer()), a[5]
-    xd, xd_stride, n_tok = b.inttoptr(a[6], I8.as_pointer()), a[7], a[8]
-    out, out_stride = b.inttoptr(a[9], I8.as_pointer()), a[10]
-    ones = g.c(V16I16, 1)
-    from .simd import _loop
-
-    def token(t, carry):
-        xt, bt = g.at(x, b.mul(t, x_stride)), g.at(bs, b.mul(t, bs_stride))
-        dt = g.at(xd, b.mul(t, xd_stride))
-
-        def block(blk, acc):
-            wb = g.at(w, b.mul(blk, g.c(I64, _GROUP_BLOCK_BYTES)))
-            scale = b.fmul(g.load(wb, 0, V8F32), g.splat(g.f32(dt, b.mul(blk, g.c(I64, 4))), 8))
-            sum16 = None
-            for lane in range(8):
-                off = b.add(b.mul(blk, g.c(I64, 32)), g.c(I64, 4 * lane))
-                xs = b.bitcast(g.splat(g.load(xt, off, I32), 8), V32I8)
-                p16 = g.maddubs(g.load(wb, 32 + 32 * lane, V32I8), xs)
-                sum16 = p16 if sum16 is None else b.add(sum16, p16)
-            offset = g.splat(g.load(bt, b.mul(blk, g.c(I64, 4)), I32), 8)
-            ints = b.sub(g.maddwd(sum16, ones), offset)
-            return [g.fma(b.sitofp(ints, V8F32), scale, acc[0])]
-
-        acc, = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)], block)
-        rows = b.fsub(acc, g.c(V8F32, 0.0))     # the repacked kernels' acc - (empty) min sum
-        st = b.store(rows, b.bitcast(g.at(out, b.mul(t, out_stride)), V8F32.as_pointer()))
-        st.align = 4
-        return carry
-
-    _loop(g, g.c(I64, 0), n_tok, [g.c(I64, 0)], token)
+def _block_q4_0(g, wb, tok, blk, acc):
+    """One fma of the block's integer sum, 8 * the token's block sum (aux) taken off."""
+    b = g.b
+    scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
+    sum16 = None
+    for lane in range(8):
+        p16 = g.maddubs(g.load(wb, 32 + 32 * lane, V32I8), tok.lane(blk, lane))
+        sum16 = p16 if sum16 is None else b.add(sum16, p16)
+    offset = g.splat(g.load(tok.aux, b.mul(blk, g.c(I64, 4)), I32), 8)
+    ints = b.sub(g.maddwd(sum16, g.c(V16I16, 1)), offset)
+    return [g.fma(b.sitofp(ints, V8F32), scale, acc[0])]
 
 
-@intrinsic
-def _tile_q4_0(typingctx, w, n_blocks, x, x_stride, bs, bs_stride, xd, xd_stride, n_tok, out,
-               out_stride):
-    return i64_call(11, "dasllama_tile_q4_0_x8", _emit_tile_q4_0)
-
-
-_tile_q4_0._set_uuid("dasllama.x8.tile_q4_0")
+def _finish_scalar(g, acc):
+    """The repacked kernels' acc - their min sum (empty for Q4_0: 0.0)."""
+    return g.b.fsub(acc[0], acc[1] if len(acc) > 1 else g.c(V8F32, 0.0))
 
 
 @njit(**JIT)
@@ -559,19 +288,164 @@ def block_sums8(xq, n_tokens, n_cols):
     return out
 
 
+repack_q4_0 = _repacker(_fill_q4_0, Q4_0_X8, 32)
+kernel_q4_0 = _kernel(Q4_0_X8, 32, AUX_BLOCK_SUMS8,
+                      _tile("q4_0_x8", Q4_0_X8, 32, 1, _block_q4_0, _finish_scalar))
+
+
+# --- Q4_K ------------------------------------------------------------------------------------
+#
+# Q4_K_X8: per group of 8 rows, per 256-element block (2496 bytes, 312 a row and block):
+#   0    d of the 8 rows, f32            32   dmin, f32
+#   64   the 8 sub-block scales: per sub-block 16 int16, row r's scale at 2r and 2r+1
+#   320  the mins: per 64-element chunk k 16 int16, row r's min of sub-blocks 2k, 2k+1 at 2r, 2r+1
+#   448  the quants (0..15, a byte each) in 64 lanes of 4 elements, 8 rows x 4 bytes a lane
+# The nibbles stay unsigned, so pmaddubsw takes them against the token's bytes as they are
+# (no psign), and a sub-block's 8 lanes add up in int16 (|sum| <= 8 * 2 * 15 * 128 < 2**15)
+# before one pmaddwd by the scales: ~2 operations a lane step against Q8_0's 5.
+
+_Q4K_SC, _Q4K_MIN, _Q4K_Q = 64, 320, 448
+
+
 @njit(**JIT, parallel=True)
-def kernel_q4_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-    """out[:T, :R] = the Q4_0_X8 matrix w times the Q8_0 activations (the repacked fold)."""
-    n_blocks = n_cols // 32
-    group_bytes = n_blocks * _GROUP_BLOCK_BYTES
-    bs = block_sums8(xq, n_tokens, n_cols)
-    wp, xp, bp = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(bs.ctypes.data)
-    dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
-    xs, bss, ds, os = xq.strides[0], bs.strides[0], xd.strides[0], out.strides[0]
-    chunk = max(1, _ACT_CHUNK_BYTES // max(n_cols, 1))
-    for c0 in range(0, n_tokens, chunk):
-        nt = min(chunk, n_tokens - c0)
-        for grp in numba.prange(n_rows // GROUP):
-            _tile_q4_0(wp + grp * group_bytes, n_blocks, xp + c0 * xs, xs, bp + c0 * bss, bss,
-                       dp + c0 * ds, ds, nt, op + c0 * os + 4 * GROUP * grp, os)
-    keep_alive(bs)
+def _fill_q4_k(src, n_groups, n_blocks, out):
+    for grp in numba.prange(n_groups):
+        for blk in range(n_blocks):
+            o = (grp * n_blocks + blk) * 2496
+            d = out[o:o + 64].view(np.float32)
+            sc = out[o + _Q4K_SC:o + _Q4K_Q].view(np.int16)
+            for r in range(GROUP):
+                p = ((grp * GROUP + r) * n_blocks + blk) * 144
+                d[r] = f16_at(src, p)
+                d[8 + r] = f16_at(src, p + 2)
+                for j in range(8):
+                    s, m = scale_min_k4(src, p + 4, j)
+                    sc[16 * j + 2 * r] = s
+                    sc[16 * j + 2 * r + 1] = s
+                    sc[128 + 16 * (j // 2) + 2 * r + j % 2] = m
+                for e in range(256):
+                    j = e // 32
+                    q = (src[p + 16 + 32 * (j // 2) + e % 32] >> (4 * (j % 2))) & 0xF
+                    out[o + _Q4K_Q + 32 * (e // 4) + 4 * r + e % 4] = q
+    return True
+
+
+def _block_q4_k(chunks):
+    """chunks=4 folds as llama.cpp's repacked gemm (ggml_gemm_q4_K_8x8_q8_K: one fma per
+    64-element chunk), chunks=1 as its repacked gemv (one per block); both as dots.dot_scalar,
+    ints and mins in their own sums (aux: the token's sums over 32 elements, int16)."""
+    def block(g, wb, tok, blk, acc):
+        b = g.b
+        acc_s, acc_m = acc
+        dx = tok.scale(blk)
+        d, dmin = b.fmul(g.load(wb, 0, V8F32), dx), b.fmul(g.load(wb, 32, V8F32), dx)
+        ints, mins = [], []
+        for k in range(4):
+            chunk = None
+            for sub in (2 * k, 2 * k + 1):
+                sum16 = None
+                for lane in range(8 * sub, 8 * sub + 8):
+                    p16 = g.maddubs(g.load(wb, _Q4K_Q + 32 * lane, V32I8), tok.lane(blk, lane))
+                    sum16 = p16 if sum16 is None else b.add(sum16, p16)
+                v = g.maddwd(sum16, g.load(wb, _Q4K_SC + 32 * sub, V16I16))
+                chunk = v if chunk is None else b.add(chunk, v)
+            pair = g.load(tok.aux, b.add(b.mul(blk, g.c(I64, 16)), g.c(I64, 4 * k)), I32)
+            ints.append(chunk)
+            mins.append(g.maddwd(g.load(wb, _Q4K_MIN + 32 * k, V16I16), b.bitcast(g.splat(pair, 8), V16I16)))
+        if chunks == 1:
+            ints = [b.add(b.add(ints[0], ints[1]), b.add(ints[2], ints[3]))]
+            mins = [b.add(b.add(mins[0], mins[1]), b.add(mins[2], mins[3]))]
+        for i, m in zip(ints, mins):
+            acc_s = g.fma(b.sitofp(i, V8F32), d, acc_s)
+            acc_m = g.fma(b.sitofp(m, V8F32), dmin, acc_m)
+        return [acc_s, acc_m]
+    return block
+
+
+@njit(**JIT)
+def bsums32(xa, n_tokens, n_cols):
+    """Each token's sums over 32 elements (Q8_K keeps them per 16, xa) as int16."""
+    out = np.empty((n_tokens, n_cols // 32), np.int16)
+    for t in range(n_tokens):
+        for j in range(n_cols // 32):
+            out[t, j] = np.int16(xa[t, 2 * j] + xa[t, 2 * j + 1])
+    return out
+
+
+repack_q4_k = _repacker(_fill_q4_k, Q4_K_X8, 256)
+kernel_q4_k = _kernel(Q4_K_X8, 256, AUX_BSUMS32,
+                      _tile("q4_k_x8_gemm", Q4_K_X8, 256, 2, _block_q4_k(4), _finish_scalar),
+                      _tile("q4_k_x8_gemv", Q4_K_X8, 256, 2, _block_q4_k(1), _finish_scalar))
+
+
+# --- Q6_K ------------------------------------------------------------------------------------
+#
+# Q6_K_X8: per group of 8 rows, per 256-element block (2848 bytes, 356 a row and block):
+#   0    d of the 8 rows, f32
+#   32   the 16 sub-block scales: per sub-block 16 int16, row r's scale at 2r and 2r+1
+#   544  the scales again in pairs: per i 16 int16, row r's scales 2i, 2i+1 at 2r, 2r+1
+#   800  the quants (0..63, unsigned as stored) in 64 lanes of 4 elements, 8 rows x 4 bytes
+# Only llama.cpp's tiled fold (batches of TILED_MIN_TOKENS or more) is spelt here:
+#   s = sum_j sc_j * sum (q - 32) x = sum_j sc_j * sum q x - 32 * sum_j sc_j * bsum16_j,
+#   res = f32(s) * d, acc = fma(res, dx, acc)   (dots.dot_tiled)
+# pmaddubsw takes the unsigned quants as they are; two lanes add up in int16
+# (|sum| <= 2 * 2 * 63 * 128 < 2**15) before a pmaddwd by the scale.
+
+_Q6K_SC, _Q6K_SC2, _Q6K_Q = 32, 544, 800
+
+
+@njit(**JIT, parallel=True)
+def _fill_q6_k(src, n_groups, n_blocks, out):
+    for grp in numba.prange(n_groups):
+        for blk in range(n_blocks):
+            o = (grp * n_blocks + blk) * 2848
+            d = out[o:o + 32].view(np.float32)
+            sc = out[o + _Q6K_SC:o + _Q6K_Q].view(np.int16)
+            for r in range(GROUP):
+                p = ((grp * GROUP + r) * n_blocks + blk) * 210
+                d[r] = f16_at(src, p + 208)
+                for j in range(16):
+                    v = np.int16(np.int8(src[p + 192 + j]))
+                    sc[16 * j + 2 * r] = v
+                    sc[16 * j + 2 * r + 1] = v
+                    sc[256 + 16 * (j // 2) + 2 * r + j % 2] = v
+                for e in range(256):
+                    out[o + _Q6K_Q + 32 * (e // 4) + 4 * r + e % 4] = np.uint8(q_q6_k(src, p, e))
+    return True
+
+
+def _block_q6_k(g, wb, tok, blk, acc):
+    """The tiled fold of one block (aux: the token's Q8_K sums over 16 elements, int16)."""
+    b = g.b
+    total = None
+    for sub in range(16):
+        for half in (0, 1):
+            sum16 = None
+            for lane in range(4 * sub + 2 * half, 4 * sub + 2 * half + 2):
+                p16 = g.maddubs(g.load(wb, _Q6K_Q + 32 * lane, V32I8), tok.lane(blk, lane))
+                sum16 = p16 if sum16 is None else b.add(sum16, p16)
+            v = g.maddwd(sum16, g.load(wb, _Q6K_SC + 32 * sub, V16I16))
+            total = v if total is None else b.add(total, v)
+    corr = None
+    for i in range(8):
+        pair = g.load(tok.aux, b.add(b.mul(blk, g.c(I64, 32)), g.c(I64, 4 * i)), I32)
+        v = g.maddwd(g.load(wb, _Q6K_SC2 + 32 * i, V16I16), b.bitcast(g.splat(pair, 8), V16I16))
+        corr = v if corr is None else b.add(corr, v)
+    ints = b.sub(total, b.shl(corr, g.c(V8I32, 5)))
+    res = b.fmul(b.sitofp(ints, V8F32), g.load(wb, 0, V8F32))
+    return [g.fma(res, tok.scale(blk), acc[0])]
+
+
+@njit(**JIT)
+def bsums16(xa, n_tokens, n_cols):
+    """Each token's Q8_K sums over 16 elements (xa, as f32) as int16."""
+    out = np.empty((n_tokens, n_cols // 16), np.int16)
+    for t in range(n_tokens):
+        for j in range(n_cols // 16):
+            out[t, j] = np.int16(xa[t, j])
+    return out
+
+
+repack_q6_k = _repacker(_fill_q6_k, Q6_K_X8, 256)
+kernel_q6_k = _kernel(Q6_K_X8, 256, AUX_BSUMS16,
+                      _tile("q6_k_x8_tiled", Q6_K_X8, 256, 1, _block_q6_k, lambda g, acc: acc[0]))

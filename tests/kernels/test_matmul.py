@@ -220,41 +220,29 @@ def test_q8_0_x8_copy_multiplies_bit_for_bit_alike(source, n_rows, n_tokens):
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (8, 3), (16, 4), (24, 5), (64, 13), (32, 130)])
-def test_q4_k_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
-    # the first T - T % 4 tokens (T >= 4) fold as llama.cpp's repacked gemm, the rest as its gemv
-    w, x = _case(Q.Q4_K, n_rows=n_rows, n_cols=1024, n_tokens=n_tokens, seed=n_rows + n_tokens)
-    ref, bufs = _ref(Q.Q4_K, w, x)
-    copy = x8.repack_q4_k(w, n_rows, x.shape[1])
-    assert copy.size == n_rows * Q.row_bytes(Q.Q4_K_X8, x.shape[1])
+# (format, its X8 copy, columns, token counts): Q4_K's first T - T % 4 tokens (T >= 4) fold as
+# llama.cpp's repacked gemm, the rest as its gemv; Q6_K_X8 spells only the tiled fold (T >= 8)
+_K_COPIES = [("Q4_0", "repack_q4_0", 512, [(8, 1), (16, 5), (24, 33), (64, 130)]),
+             ("Q4_K", "repack_q4_k", 1024, [(8, 1), (8, 3), (16, 4), (24, 5), (64, 13), (32, 130)]),
+             ("Q6_K", "repack_q6_k", 1024, [(8, 8), (16, 9), (24, 13), (64, 130)])]
+
+
+@pytest.mark.parametrize("source,repack,n_cols,n_rows,n_tokens",
+                         [(q, rp, c, r, t) for q, rp, c, shapes in _K_COPIES for r, t in shapes])
+def test_x8_copies_of_repacked_folds_multiply_bit_for_bit_alike(source, repack, n_cols, n_rows, n_tokens):
+    qtype, layout = getattr(Q, source), getattr(Q, source + "_X8")
+    w, x = _case(qtype, n_rows=n_rows, n_cols=n_cols, n_tokens=n_tokens, seed=n_rows + n_tokens)
+    ref, bufs = _ref(qtype, w, x)
+    copy = getattr(x8, repack)(w, n_rows, n_cols)
+    assert copy.size == n_rows * Q.row_bytes(layout, n_cols)
     got = np.full_like(ref, np.nan)
-    M.matmul(Q.Q4_K_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
+    M.matmul(layout, copy, n_rows, n_cols, *bufs, n_tokens, got)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (16, 5), (24, 33), (64, 130)])
-def test_q4_0_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
-    # llama.cpp's repacked Q4_0 fold: one fma per pair and block of the exact integer sum
-    w, x = _case(Q.Q4_0, n_rows=n_rows, n_tokens=n_tokens, seed=n_rows + n_tokens)
-    ref, bufs = _ref(Q.Q4_0, w, x)
-    copy = x8.repack_q4_0(w, n_rows, x.shape[1])
-    assert copy.size == n_rows * Q.row_bytes(Q.Q4_0_X8, x.shape[1])
-    got = np.full_like(ref, np.nan)
-    M.matmul(Q.Q4_0_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
-    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
-
-
-@pytest.mark.parametrize("n_rows,n_tokens", [(8, 8), (16, 9), (24, 13), (64, 130)])
-def test_q6_k_x8_copy_multiplies_bit_for_bit_alike(n_rows, n_tokens):
-    # llama.cpp's tiled fold (batches of 8 or more), the only one the layout spells
-    w, x = _case(Q.Q6_K, n_rows=n_rows, n_cols=1024, n_tokens=n_tokens, seed=n_rows + n_tokens)
-    ref, bufs = _ref(Q.Q6_K, w, x)
-    copy = x8.repack_q6_k(w, n_rows, x.shape[1])
-    assert copy.size == n_rows * Q.row_bytes(Q.Q6_K_X8, x.shape[1])
-    got = np.full_like(ref, np.nan)
-    M.matmul(Q.Q6_K_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
-    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+def test_q6_k_x8_serves_batches_of_8_or_more():
     assert x8.copy_tokens(Q.Q6_K_X8, 8) and not x8.copy_tokens(Q.Q6_K_X8, 7)
+    assert x8.copy_tokens(Q.Q4_K_X8, 2) and not x8.copy_tokens(Q.Q4_K_X8, 1)
 
 
 def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
