@@ -7,8 +7,7 @@ import numpy as np
 
 from dasllama.formats.gguf import open_gguf
 from dasllama.kernels import ops, x8
-from dasllama.kernels.quants import (Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q5_0, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
-                                     SUPPORTED as SUPPORTED_QTYPES, q5_0_as_q8_0, row_bytes)
+from dasllama.kernels.quants import Q5_0, Q8_0, SUPPORTED as SUPPORTED_QTYPES, q5_0_as_q8_0, row_bytes
 
 from . import forward as fw
 from .models import family
@@ -110,34 +109,30 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None):
     for layer in range(wtab.shape[0] - 1):      # not the global row: the output matmul
         for slot in range(wtab.shape[1]):       # usually takes one token
             off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-            if not enabled or qtype not in (Q5_0, Q8_0, Q4_0, Q4_K, Q6_K):
+            source = Q8_0 if qtype == Q5_0 else qtype
+            if not enabled or source not in x8.LAYOUTS:
                 continue
-            if qtype in (Q4_0, Q4_K, Q6_K):
-                layout = {Q4_0: Q4_0_X8, Q4_K: Q4_K_X8, Q6_K: Q6_K_X8}[qtype] if rows % 8 == 0 else -1
-            else:
-                layout = Q8_0_X8 if x8.applies(rows, cols) else Q8_0 if qtype == Q5_0 else -1
-            if layout < 0:
-                continue
+            layout, repack = x8.LAYOUTS[source]
+            if rows % x8.GROUP:
+                if qtype != Q5_0:
+                    continue
+                layout, repack = Q8_0, None
             nbytes = rows * row_bytes(layout, cols)
             if qtype != Q5_0:
                 if extra + nbytes > budget:
                     continue
                 extra += nbytes
-            plan.append((layer, slot, off, qtype, rows, cols, layout, size))
+            plan.append((layer, slot, off, qtype, rows, cols, layout, repack, size))
             size += nbytes
     pbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
-    for layer, slot, off, qtype, rows, cols, layout, at in plan:
+    for layer, slot, off, qtype, rows, cols, layout, repack, at in plan:
         blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
+        if qtype == Q5_0:
+            blocks = q5_0_as_q8_0(blocks)
         dst = pbuf[at:at + rows * row_bytes(layout, cols)]
-        if layout == Q4_0_X8:
-            x8.repack_q4_0(blocks, rows, cols, out=dst)
-        elif layout == Q4_K_X8:
-            x8.repack_q4_k(blocks, rows, cols, out=dst)
-        elif layout == Q6_K_X8:
-            x8.repack_q6_k(blocks, rows, cols, out=dst)
-        elif layout == Q8_0:
-            dst[:] = q5_0_as_q8_0(blocks)
-        elif x8.repack(q5_0_as_q8_0(blocks) if qtype == Q5_0 else blocks, rows, cols, out=dst) is None:
+        if repack is None:
+            dst[:] = blocks
+        elif repack(blocks, rows, cols, out=dst) is None:
             continue    # a Q8_0 quant of -128: this matrix keeps the file's blocks
         ptab[layer, slot] = (at, layout, rows, cols)
     pbuf.setflags(write=False)

@@ -41,16 +41,11 @@ from numba.extending import intrinsic
 
 from .dots import TILED_MIN_TOKENS, gemm_tokens
 from .ir import I8, I32, I64, V8F32, V8I32, V16I16, V32I8, Gen, i64_call, keep_alive
-from .quants import (BLOCK_BYTES, JIT, Q4_0_X8, Q4_K, Q4_K_X8, Q6_K_X8, Q8_0_X8, f16_at, q_q4_0,
-                     q_q6_k, row_bytes, scale_min_k4)
+from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
+                     f16_at, q_q4_0, q_q6_k, row_bytes, scale_min_k4)
 
 GROUP = 8
 _ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
-
-
-def applies(n_rows, n_cols):
-    """Whether a Q8_0 or Q4_0 matrix of this shape can take its layout (rows in whole groups)."""
-    return n_rows % GROUP == 0 and n_cols % 32 == 0
 
 
 @njit(**JIT, inline="always")
@@ -449,3 +444,9 @@ def bsums16(xa, n_tokens, n_cols):
 repack_q6_k = _repacker(_fill_q6_k, Q6_K_X8, 256)
 kernel_q6_k = _kernel(Q6_K_X8, 256, AUX_BSUMS16,
                       _tile("q6_k_x8_tiled", Q6_K_X8, 256, 1, _block_q6_k, lambda g, acc: acc[0]))
+
+
+# The file formats with an 8-row prefill layout: qtype -> (layout, repack). Q5_0 takes Q8_0's
+# through its Q8_0 copy (quants.q5_0_as_q8_0).
+LAYOUTS = {Q8_0: (Q8_0_X8, repack), Q4_0: (Q4_0_X8, repack_q4_0), Q4_K: (Q4_K_X8, repack_q4_k),
+           Q6_K: (Q6_K_X8, repack_q6_k)}
