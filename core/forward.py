@@ -11,7 +11,8 @@ from numba import njit
 
 from dasllama.kernels.matmul import act_kind, dequantize_row, matmul, quantize_act
 from dasllama.kernels.x8 import copy_tokens
-from dasllama.kernels.ops import attention, geglu, rms_norm, rms_norm_heads, rope, store_kv, swiglu
+from dasllama.kernels.ops import (attention, geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply,
+                                  store_kv, swiglu)
 
 # weight slots (wtab[layer, slot] = offset, qtype, rows, cols; qtype -1 = absent)
 W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_QKV = range(8)
@@ -134,6 +135,22 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
     positions = np.empty(T, np.int64)
     for t in range(T):
         positions[t] = pos0 + t
+    # RoPE's cos/sin tables, one per distinct frequency base (gemma3: local and global layers)
+    n_rot = hp[H_N_ROT]
+    bases = np.empty(n_layer, np.float64)
+    layer_tab = np.empty(n_layer, np.int64)
+    n_bases = 0
+    for il in range(n_layer):
+        j = 0
+        while j < n_bases and bases[j] != layer_freq_base[il]:
+            j += 1
+        if j == n_bases:
+            bases[j] = layer_freq_base[il]
+            n_bases += 1
+        layer_tab[il] = j
+    angles = np.empty((n_bases, T, 2, n_rot // 2), np.float32)
+    for j in range(n_bases):
+        rope_angles(positions, n_rot, bases[j], angles[j])
 
     e_off, e_qt, e_cols = wtab[gl, W_EMBD, 0], wtab[gl, W_EMBD, 1], wtab[gl, W_EMBD, 3]
     for t in range(T):
@@ -165,9 +182,8 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
         if ftab[il, F_Q_NORM, 1] > 0:
             rms_norm_heads(q, _fvec(fbuf, ftab, il, F_Q_NORM), eps, n_head, hd)
             rms_norm_heads(k, _fvec(fbuf, ftab, il, F_K_NORM), eps, n_head_kv, hd)
-        base = layer_freq_base[il]
-        rope(q, positions, n_head, hd, hp[H_N_ROT], base, hp[H_ROPE_MODE])
-        rope(k, positions, n_head_kv, hd, hp[H_N_ROT], base, hp[H_ROPE_MODE])
+        rope_apply(q, angles[layer_tab[il]], n_head, hd, n_rot, hp[H_ROPE_MODE])
+        rope_apply(k, angles[layer_tab[il]], n_head_kv, hd, n_rot, hp[H_ROPE_MODE])
         _trace(trace, 1, il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
         if hpf[HF_Q_SCALE] != 1.0:
             s = np.float32(hpf[HF_Q_SCALE])

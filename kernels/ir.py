@@ -94,6 +94,26 @@ def f32_bits(typingctx, x):
     return sig, codegen
 
 
+def _u32_op(op, doc):
+    """An @intrinsic (uint32, uint32) -> uint32 wrapping op: numba widens uint32 arithmetic to
+    64 bits, which in a vectorised loop costs a zero-extension, 64-bit lanes and a repack."""
+    @intrinsic
+    def u32(typingctx, a, b):
+        sig = types.uint32(types.uint32, types.uint32)
+
+        def codegen(context, builder, signature, args):
+            return getattr(builder, op)(args[0], args[1])
+
+        return sig, codegen
+    u32.__doc__ = doc
+    return u32
+
+
+add_u32 = _u32_op("add", "a + b mod 2**32, as uint32.")
+sub_u32 = _u32_op("sub", "a - b mod 2**32, as uint32.")
+shl_u32 = _u32_op("shl", "a << b (b < 32) mod 2**32, as uint32.")
+
+
 @intrinsic
 def keep_alive(typingctx, arr):
     """A use of `arr` that no pass removes. numba frees an array after its last use in the

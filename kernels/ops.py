@@ -15,7 +15,7 @@ from .cpu import probe
 from .dots import hsum8
 from .fa_tiles import outer_tile
 from .encoder_ops import row_max
-from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
+from .ir import add_u32, bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive, shl_u32, sub_u32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -88,13 +88,19 @@ def rms_norm_heads(x, w, eps, n_heads, head_dim):
 
 
 @njit(cache=True, boundscheck=False, inline="always")
-def _rope_row(x, pos, n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t):
-    half = n_rot // 2
+def _rope_angles_row(pos, theta_scale, cos_t, sin_t):
+    """cos and sin of pos * theta_scale^i, the angle iterated in f32 (theta *= theta_scale)
+    as ggml's rope cache does, not powed."""
     theta = np.float32(pos)
-    for i in range(half):
+    for i in range(cos_t.shape[0]):
         cos_t[i] = math.cos(theta)
         sin_t[i] = math.sin(theta)
         theta = np.float32(theta * theta_scale)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _rope_row(x, n_heads, head_dim, n_rot, mode, cos_t, sin_t):
+    half = n_rot // 2
     for h in range(n_heads):
         base = h * head_dim
         for i in range(half):
@@ -111,26 +117,42 @@ def _rope_row(x, pos, n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t)
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
-def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
-    """Rotate the first n_rot dims of every head of x (T, n_heads*head_dim) in place.
+def rope_angles(positions, n_rot, freq_base, out):
+    """out (T, 2, n_rot/2): each position's cos and sin table for freq_base. The queries and
+    keys of every layer with that base share it (the trigonometry was most of RoPE's time)."""
+    T = positions.shape[0]
+    theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_rot)
+    if T < PAR_ROWS:
+        for t in range(T):
+            _rope_angles_row(positions[t], theta_scale, out[t, 0], out[t, 1])
+    else:
+        for t in prange(T):
+            _rope_angles_row(positions[t], theta_scale, out[t, 0], out[t, 1])
 
-    Angles are iterated in f32 (theta *= theta_scale) as ggml's rope cache does, not powed.
+
+@njit(cache=True, boundscheck=False, parallel=True)
+def rope_apply(x, angles, n_heads, head_dim, n_rot, mode):
+    """Rotate the first n_rot dims of every head of x (T, n_heads*head_dim) in place by the
+    tables of rope_angles.
+
     The rotation is contracted as gcc compiles ggml's rotate_pairs (-ffp-contract=fast):
     x0*cos - x1*sin = fma(x0, cos, -(x1*sin)), x0*sin + x1*cos = fma(x0, sin, x1*cos).
     """
     T = x.shape[0]
-    half = n_rot // 2
-    theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_rot)
     if T < PAR_ROWS:
-        cos_t = np.empty(half, np.float32)
-        sin_t = np.empty(half, np.float32)
         for t in range(T):
-            _rope_row(x[t], positions[t], n_heads, head_dim, n_rot, theta_scale, mode, cos_t, sin_t)
+            _rope_row(x[t], n_heads, head_dim, n_rot, mode, angles[t, 0], angles[t, 1])
     else:
-        angles = np.empty((T, 2, half), np.float32)    # each row's cos and sin tables
         for t in prange(T):
-            _rope_row(x[t], positions[t], n_heads, head_dim, n_rot, theta_scale, mode,
-                      angles[t, 0], angles[t, 1])
+            _rope_row(x[t], n_heads, head_dim, n_rot, mode, angles[t, 0], angles[t, 1])
+
+
+@njit(cache=True, boundscheck=False)
+def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
+    """rope_apply with the tables of these positions: RoPE of one tensor."""
+    angles = np.empty((x.shape[0], 2, n_rot // 2), np.float32)
+    rope_angles(positions, n_rot, freq_base, angles)
+    rope_apply(x, angles, n_heads, head_dim, n_rot, mode)
 
 
 def gelu_table():
@@ -240,11 +262,11 @@ def _v_expf_avx2(x):
     j = fma_f32(fma_f32(fma_f32(np.float32(_EXP_C5), b, np.float32(_EXP_C4)), u,
                         fma_f32(np.float32(_EXP_C3), b, np.float32(_EXP_C2))), u,
                 np.float32(_EXP_C1) * b)
-    e = f32_bits(z) << np.uint32(23)
-    k = bits_f32(e + np.uint32(0x3F800000))
+    e = shl_u32(f32_bits(z), np.uint32(23))
+    k = bits_f32(add_u32(e, np.uint32(0x3F800000)))
     g = np.uint32(0x82000000) if n <= np.float32(0.0) else np.uint32(0)
-    s1 = bits_f32(g + np.uint32(0x7F000000))
-    s2 = bits_f32(e - g)
+    s1 = bits_f32(add_u32(g, np.uint32(0x7F000000)))
+    s2 = bits_f32(sub_u32(e, g))
     an = abs(n)
     mid = fma_f32(s2, j, s2) * s1
     y = mid if an > np.float32(126.0) else fma_f32(j, k, k)
@@ -470,7 +492,10 @@ FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of 
 FA_LANES = 16 if "avx512f" in probe().features else 8
 FA_R = 4 if FA_LANES == 16 else 2
 FA_COLS = 4 * FA_LANES
-FA_ROWS = 5 * FA_R  # query rows of one head that share a tile's loads (any size gives the same)
+# query rows of one head that share a tile's loads (any size gives the same result; 16 against
+# 10: scores and values ~15 % faster at pp512), and the head_dim chunk of the scores' chains
+FA_ROWS = 16
+FA_DC = 64
 
 
 @njit(cache=True, boundscheck=False)
@@ -582,10 +607,15 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
         for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
             kq[:, :] = 0.0
             k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
-            for r in range(0, nr, FA_R):
-                for c0 in range(0, FA_TILE_KV, FA_COLS):
-                    _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + h * head_dim * 4, qs, 4,
-                           k_tile + c0 * 4, FA_TILE_KV * 4, kq_p + r * kq_rs + c0 * 4, kq_rs, head_dim)
+            # the scores' fma chains run over head_dim in chunks of FA_DC, each chunk against
+            # every row of the block while its keys (FA_DC x FA_COLS) stay in L1; the chains
+            # pass through kq between chunks, which stores and reloads them exactly
+            for c0 in range(0, FA_TILE_KV, FA_COLS):
+                for d0 in range(0, head_dim, FA_DC):
+                    for r in range(0, nr, FA_R):
+                        _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
+                               k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
+                               kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
             for r in range(nr):
                 p = pos0 + t0 + r
                 lo = 0
@@ -625,13 +655,12 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
             for r in range(nr):
                 all_live = all_live and live[r]
             step = FA_R if all_live else 1
-            for r in range(0, nr, step):
-                if not live[r]:
-                    continue
-                rows = min(step, nr - r)
-                for c in range(n_chunks):
-                    _outer(rows, kq_p + r * kq_rs, kq_rs, 4, v_tile + c * FA_TILE_KV * FA_COLS * 4,
-                           FA_COLS * 4, acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
+            for c in range(n_chunks):           # a chunk of values against every row
+                for r in range(0, nr, step):
+                    if live[r]:
+                        _outer(min(step, nr - r), kq_p + r * kq_rs, kq_rs, 4,
+                               v_tile + c * FA_TILE_KV * FA_COLS * 4, FA_COLS * 4,
+                               acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
         for r in range(nr):
             inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
             for d in range(head_dim_v):
