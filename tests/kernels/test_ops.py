@@ -140,3 +140,21 @@ def test_attention(T, pos0, n_swa, softcap):
                         scale, softcap, n_swa)
     # f16 queries and the f16 accumulator of ggml's one-chunk path cost ~1e-6 NMSE
     assert nmse(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("n_swa", [0, 40])
+def test_tiled_attention_rows_do_not_depend_on_their_block(n_swa):
+    # the tiled path runs query rows in blocks of FA_ROWS that share key and value chunks;
+    # a row's bits must not depend on which block (or which call) it falls in
+    n_head, n_head_kv, hd, T, skip = 4, 2, 96, 100, 27
+    q = rng.standard_normal((T, n_head * hd)).astype(np.float32)
+    kc = np.zeros((T, n_head_kv * hd), np.uint16)
+    vc = np.zeros_like(kc)
+    ops.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), kc, 0)
+    ops.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), vc, 0)
+    whole = np.empty((T, n_head * hd), np.float32)
+    ops.attention(q, kc, vc, 0, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, whole)
+    part = np.empty((T - skip, n_head * hd), np.float32)
+    assert T - skip >= ops.FA_TILE_Q and skip % ops.FA_ROWS
+    ops.attention(q[skip:], kc, vc, skip, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, part)
+    np.testing.assert_array_equal(part.view(np.uint32), whole[skip:].view(np.uint32))
