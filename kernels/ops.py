@@ -13,7 +13,7 @@ from numba import njit, prange
 from .actq import PAR_ROWS, round_f16
 from .cpu import probe
 from .dots import hsum8
-from .fa_tiles import outer_tile
+from .fa_tiles import f16_dot_lanes, outer_tile
 from .encoder_ops import row_max
 from .ir import add_u32, bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive, shl_u32, sub_u32
 
@@ -309,26 +309,23 @@ def store_kv(src, cache, pos0):
             cache[pos0 + t, i] = f32_to_f16(src[t, i])
 
 
+_f16_dot = f16_dot_lanes(F16_LANES)
+
+
 @njit(cache=True, boundscheck=False, inline="always")
-def _kq(q16, kcache, j, koff, head_dim, acc):
+def _kq(q16, kcache, j, koff, head_dim, lanes):
     """ggml_vec_dot_f16 as compiled for this CPU (F16C lanes in f32): 4 accumulators of
-    F16_LANES lanes, fma over steps of 4*F16_LANES, folded 0+2, 1+3, then 0+1, then across
-    lanes (_mm512_reduce_add_ps; on AVX2 the 128-bit halves added, then two hadds); the
-    tail summed in double. acc: (4, 16) f32 scratch."""
+    F16_LANES lanes, fma over steps of 4*F16_LANES, folded 0+2, 1+3, then 0+1 (the IR of
+    fa_tiles.f16_dot_lanes, into lanes (64,) f32), then across lanes (_mm512_reduce_add_ps;
+    on AVX2 the 128-bit halves added, then two hadds); the tail summed in double."""
     L = F16_LANES
-    acc[:, :] = 0.0
     n_main = head_dim - head_dim % (4 * L)
-    for i in range(0, n_main, 4 * L):
-        for a in range(4):
-            for lane in range(L):
-                d = i + L * a + lane
-                acc[a, lane] = fma_f32(f16_to_f32(kcache[j, koff + d]), q16[d], acc[a, lane])
-    for lane in range(L):
-        acc[0, lane] = (acc[0, lane] + acc[2, lane]) + (acc[1, lane] + acc[3, lane])
+    _f16_dot(q16.ctypes.data, kcache.ctypes.data + j * kcache.strides[0] + 2 * koff,
+             n_main // (4 * L), lanes.ctypes.data)
+    a = lanes
     if L == 16:
-        total = np.float64(_reduce16(acc[0]))
+        total = np.float64(_reduce16(a))
     else:
-        a = acc[0]
         total = np.float64(((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])))
     for d in range(n_main, head_dim):
         total += np.float64(f16_to_f32(kcache[j, koff + d]) * q16[d])
@@ -389,6 +386,7 @@ def _one_chunk_row(qv, kcache, vcache, koff, voff, j0, j1, head_dim, head_dim_v,
     M = np.float32(-np.inf)
     S = np.float32(0.0)
     for j in range(j0, j1):
+        vrow = vcache[j, voff:voff + head_dim_v]
         s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
         if softcap != 0.0:
             s = np.float32(softcap) * np.float32(math.tanh(s))
@@ -402,7 +400,7 @@ def _one_chunk_row(qv, kcache, vcache, koff, voff, j0, j1, head_dim, head_dim_v,
         else:
             vs = np.float32(math.exp(s - M))
         for d in range(head_dim_v):
-            acc[d] = round_f16(fma_f32(f16_to_f32(vcache[j, voff + d]), vs, acc[d]))
+            acc[d] = round_f16(fma_f32(f16_to_f32(vrow[d]), vs, acc[d]))
         S = fma_f32(S, ms, vs)
     return M, S
 
@@ -424,7 +422,7 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
             lo = p - n_swa + 1
         qv = np.empty(head_dim, np.float32)
         acc = np.empty(head_dim_v, np.float32)
-        lanes = np.empty((4, 16), np.float32)
+        lanes = np.empty(64, np.float32)
         for d in range(head_dim):
             qv[d] = round_f16(q[t, h * head_dim + d])
         M, S = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim, (h // group) * head_dim_v,
@@ -455,7 +453,7 @@ def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, hea
         for d in range(head_dim):
             qv[d] = round_f16(q[0, h * head_dim + d])
         acc = np.empty(head_dim_v, np.float32)
-        lanes = np.empty((4, 16), np.float32)
+        lanes = np.empty(64, np.float32)
         vkq = np.zeros(head_dim_v, np.float32)
         M = np.float32(-np.inf)
         S = np.float32(0.0)
