@@ -13,7 +13,12 @@ import time
 from dataclasses import dataclass
 from functools import partial
 
+import numba
 import numpy as np
+from numba import njit, prange
+
+from dasllama.core.forward import W_OUT
+from dasllama.kernels.quants import row_bytes
 
 IDLE_BUSY = 0.25     # others may use this share of the CPUs before a sample waits for them
 IDLE_WAIT_S = 10.0   # longest wait for an idle machine before each sample
@@ -212,3 +217,59 @@ def _ref_sample(ref, path, test, n_threads, record):
     rec = ref.bench(path, test.n_prompt, test.n_gen, n_threads)
     record.update((k, v) for k, v in rec.items() if k != "samples_ns")
     return rec["samples_ns"][0]
+
+
+# --- the memory wall: what a decode token streams, and how fast a plain read streams it --------
+
+READ_PASSES = 5
+
+
+def decode_bytes(model):
+    """Bytes of weights one decode token reads: every layer matrix and the output matrix (the
+    embedding gives one row). Decode multiplies the file's own blocks, so these are its bytes."""
+    wtab = model.tables.wtab
+    total = 0
+    n_layer = wtab.shape[0] - 1
+    for layer in range(n_layer):
+        for slot in range(wtab.shape[1]):
+            _, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
+            if qtype >= 0:
+                total += rows * int(row_bytes(qtype, cols))
+    _, qtype, rows, cols = (int(v) for v in wtab[n_layer, W_OUT])
+    return total + rows * int(row_bytes(qtype, cols))
+
+
+@njit(parallel=True, cache=True)
+def _read_words(words, n_parts):
+    """Sum of uint64 words in n_parts contiguous parts, one per thread: a plain streaming read."""
+    n = words.shape[0]
+    part = (n + n_parts - 1) // n_parts
+    sums = np.zeros(n_parts, np.uint64)
+    for t in prange(n_parts):
+        w = words[min(n, t * part):min(n, (t + 1) * part)]
+        acc = np.uint64(0)
+        for i in range(w.shape[0]):
+            acc += w[i]
+        sums[t] = acc
+    return sums.sum()
+
+
+def read_bandwidth(model, n_bytes=None):
+    """Bytes a second of a plain multi-threaded read of the model's mapped weights (the first n_bytes of
+    the file, default all of it): the best of READ_PASSES passes, the wall a decode step runs
+    against. Uses the model's thread count."""
+    data = np.asarray(model.gguf.data)
+    n = (min(n_bytes or data.size, data.size) // 8) * 8
+    words = data[:n].view(np.uint64)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(model.n_threads)
+    try:
+        _read_words(words, model.n_threads)       # compile, page in
+        best = math.inf
+        for _ in range(READ_PASSES):
+            t0 = time.perf_counter_ns()
+            _read_words(words, model.n_threads)
+            best = min(best, time.perf_counter_ns() - t0)
+    finally:
+        numba.set_num_threads(threads)
+    return n * 1e9 / best

@@ -8,7 +8,7 @@ import shlex
 import click
 
 from dasllama.core import load
-from dasllama.core.bench import IDLE_WAIT_S, run_bench, tests_for
+from dasllama.core.bench import IDLE_WAIT_S, decode_bytes, read_bandwidth, run_bench, tests_for
 from dasllama.core.receipt import build_receipt, dasllama_commit, physical_cores, probe_hardware
 from dasllama.core.reference import ReferenceError, find_reference
 from dasllama.core.whisper import is_whisper_model
@@ -114,6 +114,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
                                       idle_wait=wait_idle, on_sample=progress, on_retake=retaken)
     except ReferenceError as e:
         raise click.ClickException(str(e)) from None
+    _report_bandwidth(model, tests, records)
     ours_cmd = our_command_line(model.path, n_prompt, n_gen, repetitions, model.n_threads, fmt, ref, ref_model)
     receipt = None
     if fmt == "json" or receipt_path:
@@ -125,6 +126,24 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
             json.dump({"results": records, "receipt": receipt}, f, indent=2)
             f.write("\n")
     click.echo(render(records, fmt, receipt, ref is not None, FIELDS, to_markdown), nl=False)
+
+
+def _report_bandwidth(model, tests, records):
+    """For tg tests, the GB/s each engine streams (the bytes a token reads x its t/s) against a
+    plain read of the same weights taken now: on stderr, and in the records (JSON)."""
+    if not any(t.n_gen and not t.n_prompt for t in tests):
+        return
+    per_token = decode_bytes(model)
+    wall = read_bandwidth(model)
+    for r in records:
+        if r["n_gen"] and not r["n_prompt"]:
+            r["decode_bytes_per_token"] = per_token
+            r["decode_gbps"] = per_token * r["avg_ts"] / 1e9
+            r["read_gbps"] = wall / 1e9
+            click.echo(f"bench: tg{r['n_gen']} {r['engine']}: {per_token / 1e6:.0f} MB a token at "
+                       f"{r['avg_ts']:.2f} t/s = {r['decode_gbps']:.1f} GB/s, "
+                       f"{100 * r['decode_gbps'] / r['read_gbps']:.0f} % of a plain read of the "
+                       f"weights ({r['read_gbps']:.1f} GB/s, {model.n_threads} threads)", err=True)
 
 
 def _warn_if_busy(hardware):

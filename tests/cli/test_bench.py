@@ -1,6 +1,7 @@
 """`dasllama bench`: llama-bench's tests and fields for our engine, llama-bench beside it, and
 the receipt. Benchmarks are not tests: these check the shape of the output, not the speed."""
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -42,6 +43,13 @@ def test_json_has_both_engines_ratio_and_receipt(llama_bin, smollm2, tmp_path):
         assert x["n_threads"] == 2 and {"avg_ns", "stddev_ts", "model_type"} <= set(x)
     for ours, theirs in zip(records[::2], records[1::2]):
         assert ours["ratio"] == pytest.approx(ours["avg_ts"] / theirs["avg_ts"])
+    # tg records carry the bytes a token streams and a plain read of the weights beside them
+    size = os.path.getsize(smollm2)
+    for x in records[2:]:
+        assert 0.5 * size < x["decode_bytes_per_token"] <= size
+        assert x["decode_gbps"] == pytest.approx(x["decode_bytes_per_token"] * x["avg_ts"] / 1e9)
+        assert x["read_gbps"] == records[2]["read_gbps"] > 0.1
+    assert "decode_gbps" not in records[0] and "% of a plain read" in r.stderr
 
     receipt = doc["receipt"]
     assert receipt["commands"]["dasllama"].startswith("dasllama bench -m ")
