@@ -55,12 +55,12 @@ def _fvec(fbuf, ftab, layer, slot):
 @njit(cache=True)
 def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out, have=-1):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
-    batches take the weight's prefill copy where it has one and its layout serves T tokens
-    (same result, faster kernel).
+    the weight's copy serves where it has one whose layout takes T tokens (x8.copy_tokens:
+    batches, and decode of Q8_0 weights; same result, faster kernel).
     have: the activation kind `acts` already holds for this same x (from the previous
     product on it), which is then not quantised again; returns the kind `acts` holds."""
     T = x.shape[0]
-    if ptab[layer, slot, 1] >= 0 and copy_tokens(ptab[layer, slot, 1], T):
+    if ptab[layer, slot, 1] >= 0 and copy_tokens(ptab[layer, slot, 1], wtab[layer, slot, 1], T):
         wbuf, wtab = pbuf, ptab
     off, qtype, rows, cols = wtab[layer, slot, 0], wtab[layer, slot, 1], wtab[layer, slot, 2], wtab[layer, slot, 3]
     xq, xd, xa, xf = acts

@@ -94,7 +94,8 @@ def _ram_bytes():
 
 def prefill_copies(wbuf, wtab, enabled=True, budget=None):
     """(pbuf, ptab): copies of matmul weights that prefill multiplies faster, bit for bit to the
-    same result, laid out as wbuf/wtab (qtype -1: no copy); decode keeps the file's blocks.
+    same result, laid out as wbuf/wtab (qtype -1: no copy); decode keeps the file's blocks but
+    for Q8_0's (x8.copy_tokens).
 
     Rows in groups of 8 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale, quants -
     16) and Q8_0 weights as they are go to the Q8_0_X8 layout, Q4_0 to Q4_0_X8, Q4_K to

@@ -1,8 +1,9 @@
 """Weights repacked in groups of 8 rows for prefill: 8 rows a vector, the token broadcast.
 
 Four layouts, each a copy model.prefill_copies makes at load (decode keeps the file's
-blocks): Q8_0_X8 (of Q8_0 and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its tile
-and kernel below. The Q8_0 case first, which shows the idea.
+blocks, but for Q8_0 weights: copy_tokens): Q8_0_X8 (of Q8_0 and Q5_0 weights), Q4_0_X8,
+Q4_K_X8 and Q6_K_X8, each with its tile and kernel below. The Q8_0 case first, which shows
+the idea.
 
 The register tiles of simd.py hold one (row, token) pair per accumulator, ggml's 8 int32 lanes
 of the block dot side by side; each pair's fold then needs its own scale product dw*dx spread
@@ -49,10 +50,18 @@ _ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their byt
 
 
 @njit(**JIT, inline="always")
-def copy_tokens(layout, n_tokens):
-    """Whether a batch of n_tokens may take a prefill copy in `layout`: Q6_K_X8 spells only
-    llama.cpp's tiled fold, which batches of fewer than TILED_MIN_TOKENS do not take."""
-    return n_tokens >= TILED_MIN_TOKENS if layout == Q6_K_X8 else n_tokens > 1
+def copy_tokens(layout, source, n_tokens):
+    """Whether a batch of n_tokens may take a copy in `layout` of weights in format `source`:
+    Q6_K_X8 spells only llama.cpp's tiled fold, which batches of fewer than TILED_MIN_TOKENS
+    do not take; Q8_0_X8 of Q8_0 weights serves decode too (its per-lane fold is the gemv's,
+    and it streams the copy's 36 bytes a block faster than the gemv does the file's 34: 14-17
+    against 16-21 GB/s on gemma3's layers); the others serve batches (Q5_0's copy has 36/22
+    of its bytes, and the K-quant copies fold a single token as the gemv does not)."""
+    if layout == Q6_K_X8:
+        return n_tokens >= TILED_MIN_TOKENS
+    if layout == Q8_0_X8 and source == Q8_0:
+        return n_tokens >= 1
+    return n_tokens > 1
 
 
 # --- the template: repack, tile, kernel ------------------------------------------------------
