@@ -95,13 +95,13 @@ def _ram_bytes():
 def prefill_copies(wbuf, wtab, enabled=True, budget=None):
     """(pbuf, ptab): copies of matmul weights that prefill multiplies faster, bit for bit to the
     same result, laid out as wbuf/wtab (qtype -1: no copy); decode keeps the file's blocks but
-    for Q8_0's (x8.copy_tokens).
+    for Q8_0's and Q4_0's (x8.copy_tokens).
 
     Rows in groups of 8 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale, quants -
     16) and Q8_0 weights as they are go to the Q8_0_X8 layout, Q4_0 to Q4_0_X8, Q4_K to
     Q4_K_X8, Q6_K to Q6_K_X8 (for batches of 8 or more: x8.copy_tokens); Q5_0 whose rows do
     not group is copied as plain Q8_0 (34/22 of its bytes). The other copies are larger than
-    the weights they copy (36/34, 36/18, 312/144, 356/210), so they stop at `budget` bytes in
+    the weights they copy (36/34, 20/18, 312/144, 356/210), so they stop at `budget` bytes in
     all (default: a quarter of the machine's RAM). The copy is read-only like the
     memory map, so the forward sees one array type for both."""
     budget = _ram_bytes() // 4 if budget is None else budget

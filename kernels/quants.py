@@ -31,9 +31,9 @@ Q6_K = int(GGMLQuantizationType.Q6_K)
 SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 QK_K = 256
 # dasllama's own layouts, outside ggml's type ids: rows repacked in groups of 8 for prefill
-# (kernels/x8.py); bytes a row and block: Q8_0_X8 and Q4_0_X8 36 (an f32 scale, 32 quants),
-# Q4_K_X8 312 (f32 d and dmin, int16 scales and mins, 256 quants), Q6_K_X8 356 (f32 d, int16
-# scales twice, 256 quants)
+# (kernels/x8.py); bytes a row and block: Q8_0_X8 36 (an f32 scale, 32 quants), Q4_0_X8 20 (an
+# f32 scale, 32 nibbles), Q4_K_X8 312 (f32 d and dmin, int16 scales and mins, 256 quants),
+# Q6_K_X8 356 (f32 d, int16 scales twice, 256 quants)
 Q8_0_X8 = 63
 Q4_K_X8 = 62
 Q6_K_X8 = 61
@@ -47,7 +47,7 @@ for _t in SUPPORTED:
 BLOCK_ELEMS[Q8_0_X8], BLOCK_BYTES[Q8_0_X8] = 32, 36
 BLOCK_ELEMS[Q4_K_X8], BLOCK_BYTES[Q4_K_X8] = 256, 312
 BLOCK_ELEMS[Q6_K_X8], BLOCK_BYTES[Q6_K_X8] = 256, 356
-BLOCK_ELEMS[Q4_0_X8], BLOCK_BYTES[Q4_0_X8] = 32, 36
+BLOCK_ELEMS[Q4_0_X8], BLOCK_BYTES[Q4_0_X8] = 32, 20
 
 # Byte offsets of the f16 scale fields (d, dmin/m) inside each block.
 F16_FIELDS = {Q8_0: (0,), Q4_0: (0,), Q5_0: (0,), Q4_1: (0, 2), Q5_1: (0, 2), Q2_K: (80, 82),

@@ -41,9 +41,9 @@ def test_formats(tiny_model, llama_bin, arch, qtype):
                                           ("Q4_K", Q4_K_X8), ("Q6_K", Q6_K_X8)])
 def test_prefill_copies_change_no_logit(tiny_model, qtype, layout):
     # prefill multiplies copies of Q5_0 and Q8_0 weights in the 8-row Q8_0_X8 layout, of Q4_0,
-    # Q4_K and Q6_K in their X8 layouts (same integers, same folds), and decode those of Q8_0;
-    # the other decodes, batches under 8 with Q6_K and the model without copies use the file's
-    # blocks: every logit must agree bit for bit
+    # Q4_K and Q6_K in their X8 layouts (same integers, same folds), and decode those of Q8_0
+    # and Q4_0; the other decodes, batches under 8 with Q6_K and the model without copies use
+    # the file's blocks: every logit must agree bit for bit
     path = tiny_model("llama", qtype)
     ids = list(range(5, 40))
     with_copy = Model(path, n_ctx=256, n_threads=2)

@@ -244,6 +244,7 @@ def test_which_batches_take_a_copy():
     assert x8.copy_tokens(Q.Q6_K_X8, Q.Q6_K, 8) and not x8.copy_tokens(Q.Q6_K_X8, Q.Q6_K, 7)
     assert x8.copy_tokens(Q.Q4_K_X8, Q.Q4_K, 2) and not x8.copy_tokens(Q.Q4_K_X8, Q.Q4_K, 1)
     assert x8.copy_tokens(Q.Q8_0_X8, Q.Q8_0, 1) and not x8.copy_tokens(Q.Q8_0_X8, Q.Q5_0, 1)
+    assert x8.copy_tokens(Q.Q4_0_X8, Q.Q4_0, 1)
 
 
 def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
