@@ -56,7 +56,7 @@ def _fvec(fbuf, ftab, layer, slot):
 def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out, have=-1):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
     the weight's copy serves where it has one whose layout takes T tokens (x8.copy_tokens:
-    batches, and decode of Q8_0 weights; same result, faster kernel).
+    batches, and decode of Q8_0 and Q4_0 weights; same result, faster kernel).
     have: the activation kind `acts` already holds for this same x (from the previous
     product on it), which is then not quantised again; returns the kind `acts` holds."""
     T = x.shape[0]
