@@ -17,8 +17,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from dasllama.core.forward import W_OUT
-from dasllama.kernels.quants import row_bytes
+from dasllama.kernels.tune import model_shapes
 
 IDLE_BUSY = 0.25     # others may use this share of the CPUs before a sample waits for them
 IDLE_WAIT_S = 10.0   # longest wait for an idle machine before each sample
@@ -225,18 +224,10 @@ READ_PASSES = 5
 
 
 def decode_bytes(model):
-    """Bytes of weights one decode token reads: every layer matrix and the output matrix (the
-    embedding gives one row). Decode multiplies the file's own blocks, so these are its bytes."""
-    wtab = model.tables.wtab
-    total = 0
-    n_layer = wtab.shape[0] - 1
-    for layer in range(n_layer):
-        for slot in range(wtab.shape[1]):
-            _, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-            if qtype >= 0:
-                total += rows * int(row_bytes(qtype, cols))
-    _, qtype, rows, cols = (int(v) for v in wtab[n_layer, W_OUT])
-    return total + rows * int(row_bytes(qtype, cols))
+    """Bytes of weights one decode token reads: every matrix the model multiplies, the output
+    one included (the tuner's decode shapes; the embedding gives one row). Decode multiplies
+    the file's own blocks (or Q8_0_X8 / Q4_0_X8 copies within 20/18 of them)."""
+    return sum(s.count * s.weights.nbytes for s in model_shapes(model.gguf) if s.phase == "decode")
 
 
 @njit(parallel=True, cache=True)

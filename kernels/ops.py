@@ -147,13 +147,6 @@ def rope_apply(x, angles, n_heads, head_dim, n_rot, mode):
             _rope_row(x[t], n_heads, head_dim, n_rot, mode, angles[t, 0], angles[t, 1])
 
 
-@njit(cache=True, boundscheck=False)
-def rope(x, positions, n_heads, head_dim, n_rot, freq_base, mode):
-    """rope_apply with the tables of these positions: RoPE of one tensor."""
-    angles = np.empty((x.shape[0], 2, n_rot // 2), np.float32)
-    rope_angles(positions, n_rot, freq_base, angles)
-    rope_apply(x, angles, n_heads, head_dim, n_rot, mode)
-
 
 def gelu_table():
     """ggml's GELU lookup: tanh-GELU of every half value, rounded to half (as float32).
@@ -316,7 +309,7 @@ _f16_dot = f16_dot_lanes(F16_LANES)
 def _kq(q16, kcache, j, koff, head_dim, lanes):
     """ggml_vec_dot_f16 as compiled for this CPU (F16C lanes in f32): 4 accumulators of
     F16_LANES lanes, fma over steps of 4*F16_LANES, folded 0+2, 1+3, then 0+1 (the IR of
-    fa_tiles.f16_dot_lanes, into lanes (64,) f32), then across lanes (_mm512_reduce_add_ps;
+    fa_tiles.f16_dot_lanes, into lanes: F16_LANES f32), then across lanes (_mm512_reduce_add_ps;
     on AVX2 the 128-bit halves added, then two hadds); the tail summed in double."""
     L = F16_LANES
     n_main = head_dim - head_dim % (4 * L)
@@ -422,7 +415,7 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
             lo = p - n_swa + 1
         qv = np.empty(head_dim, np.float32)
         acc = np.empty(head_dim_v, np.float32)
-        lanes = np.empty(64, np.float32)
+        lanes = np.empty(F16_LANES, np.float32)
         for d in range(head_dim):
             qv[d] = round_f16(q[t, h * head_dim + d])
         M, S = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim, (h // group) * head_dim_v,
@@ -453,7 +446,7 @@ def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, hea
         for d in range(head_dim):
             qv[d] = round_f16(q[0, h * head_dim + d])
         acc = np.empty(head_dim_v, np.float32)
-        lanes = np.empty(64, np.float32)
+        lanes = np.empty(F16_LANES, np.float32)
         vkq = np.zeros(head_dim_v, np.float32)
         M = np.float32(-np.inf)
         S = np.float32(0.0)
