@@ -19,8 +19,10 @@ CLASSES = (
 
 # The features that change which code the kernels get; the rest of a flags line (virtualization,
 # mitigations, power states) says nothing about speed and would make every VM "another machine".
+# avx512dq: ggml's 16-lane float loops (ggml_v_expf, SwiGLU, soft_max) need it beside avx512f,
+# so the lanes the kernels model (ops.EXP_LANES) follow it.
 RELEVANT = frozenset().union(*(f for _, f in CLASSES)) | {
-    "sse4_1", "sse4_2", "avx", "bmi2", "avx512_bf16", "avx512_vbmi", "avx_vnni", "amx_int8",
+    "sse4_1", "sse4_2", "avx", "bmi2", "avx512dq", "avx512_bf16", "avx512_vbmi", "avx_vnni", "amx_int8",
     "sve", "i8mm", "bf16"}
 
 
