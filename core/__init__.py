@@ -11,9 +11,11 @@ from .model import ContextFull, Model
 from .sampling import SamplerParams
 
 
-def load(path=None, n_ctx=None, n_threads=None, n_batch=512):
-    """Load a GGUF model (the default model when path is None)."""
-    return Model(path or default_model_path(), n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch)
+def load(path=None, n_ctx=None, n_threads=None, n_batch=512, quiet=False):
+    """Load a GGUF model (the default model when path is None); quiet: no notice on stderr
+    when the first run compiles the engine."""
+    return Model(path or default_model_path(), n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch,
+                 quiet=quiet)
 
 
 def generate_text(model, prompt, n_predict=-1, chat=False, system=None, **sampling):

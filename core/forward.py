@@ -47,22 +47,26 @@ def _view(buf, rows, cols):
 
 
 @njit(cache=True)
-def _fvec(fbuf, ftab, layer, slot):
-    off = ftab[layer, slot, 0]
-    return fbuf[off:off + ftab[layer, slot, 1]]
+def _fvec(fbuf, frow):
+    """The f32 tensor whose ftab row (offset, length) is frow."""
+    return fbuf[frow[0]:frow[0] + frow[1]]
 
 
 @njit(cache=True)
-def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out, have=-1):
+def _linear(wbuf, wrow, pbuf, prow, x, acts, out, have):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
-    the weight's copy serves where it has one whose layout takes T tokens (x8.copy_tokens:
+    wrow, prow: the weight's wtab and ptab rows (offset, qtype, rows, cols).
+    The weight's copy serves where it has one whose layout takes T tokens (x8.copy_tokens:
     batches, and decode of Q8_0 and Q4_0 weights; same result, faster kernel).
     have: the activation kind `acts` already holds for this same x (from the previous
-    product on it), which is then not quantised again; returns the kind `acts` holds."""
+    product on it; -1 when none), which is then not quantised again; returns the kind
+    `acts` holds.
+    Every call passes the same argument types: a literal slot number or an omitted `have`
+    would make numba compile (and link the whole matmul dispatch into) one copy per call."""
     T = x.shape[0]
-    if ptab[layer, slot, 1] >= 0 and copy_tokens(ptab[layer, slot, 1], wtab[layer, slot, 1], T):
-        wbuf, wtab = pbuf, ptab
-    off, qtype, rows, cols = wtab[layer, slot, 0], wtab[layer, slot, 1], wtab[layer, slot, 2], wtab[layer, slot, 3]
+    if prow[1] >= 0 and copy_tokens(prow[1], wrow[1], T):
+        wrow, wbuf = prow, pbuf
+    off, qtype, rows, cols = wrow[0], wrow[1], wrow[2], wrow[3]
     xq, xd, xa, xf = acts
     kind = act_kind(qtype)
     xq2 = _view(xq, T, cols)
@@ -76,9 +80,9 @@ def _linear(wbuf, wtab, pbuf, ptab, layer, slot, x, acts, out, have=-1):
 
 
 @njit(cache=True)
-def _add_bias(fbuf, ftab, layer, slot, y):
-    if ftab[layer, slot, 1] > 0:
-        b = _fvec(fbuf, ftab, layer, slot)
+def _add_bias(fbuf, frow, y):
+    if frow[1] > 0:
+        b = _fvec(fbuf, frow)
         for t in range(y.shape[0]):
             for i in range(y.shape[1]):
                 y[t, i] += b[i]
@@ -132,6 +136,7 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
     gate = _view(sgate, T, n_ff)
     up = _view(sup, T, n_ff)
     hid = _view(shid, T, n_ff)
+    no_acts = np.int64(-1)   # `acts` holds no kind yet; typed, not a literal (see _linear)
     positions = np.empty(T, np.int64)
     for t in range(T):
         positions[t] = pos0 + t
@@ -162,26 +167,26 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
                 x[t, i] = x[t, i] * s
 
     for il in range(n_layer):
-        rms_norm(x, _fvec(fbuf, ftab, il, F_ATTN_NORM), eps, xn)
+        rms_norm(x, _fvec(fbuf, ftab[il, F_ATTN_NORM]), eps, xn)
         _trace(trace, 0, il, xn)
         if wtab[il, W_QKV, 1] >= 0:
             qkv = _view(sgate, T, n_head * hd + n_head_kv * (hd + hdv))
-            _linear(wbuf, wtab, pbuf, ptab, il, W_QKV, xn, acts, qkv)
-            _add_bias(fbuf, ftab, il, F_BQKV, qkv)
+            _linear(wbuf, wtab[il, W_QKV], pbuf, ptab[il, W_QKV], xn, acts, qkv, no_acts)
+            _add_bias(fbuf, ftab[il, F_BQKV], qkv)
             for t in range(T):
                 q[t, :] = qkv[t, :n_head * hd]
                 k[t, :] = qkv[t, n_head * hd:n_head * hd + n_head_kv * hd]
                 v[t, :] = qkv[t, n_head * hd + n_head_kv * hd:]
         else:
-            have = _linear(wbuf, wtab, pbuf, ptab, il, W_Q, xn, acts, q)
-            have = _linear(wbuf, wtab, pbuf, ptab, il, W_K, xn, acts, k, have)
-            _linear(wbuf, wtab, pbuf, ptab, il, W_V, xn, acts, v, have)
-            _add_bias(fbuf, ftab, il, F_BQ, q)
-            _add_bias(fbuf, ftab, il, F_BK, k)
-            _add_bias(fbuf, ftab, il, F_BV, v)
+            have = _linear(wbuf, wtab[il, W_Q], pbuf, ptab[il, W_Q], xn, acts, q, no_acts)
+            have = _linear(wbuf, wtab[il, W_K], pbuf, ptab[il, W_K], xn, acts, k, have)
+            _linear(wbuf, wtab[il, W_V], pbuf, ptab[il, W_V], xn, acts, v, have)
+            _add_bias(fbuf, ftab[il, F_BQ], q)
+            _add_bias(fbuf, ftab[il, F_BK], k)
+            _add_bias(fbuf, ftab[il, F_BV], v)
         if ftab[il, F_Q_NORM, 1] > 0:
-            rms_norm_heads(q, _fvec(fbuf, ftab, il, F_Q_NORM), eps, n_head, hd)
-            rms_norm_heads(k, _fvec(fbuf, ftab, il, F_K_NORM), eps, n_head_kv, hd)
+            rms_norm_heads(q, _fvec(fbuf, ftab[il, F_Q_NORM]), eps, n_head, hd)
+            rms_norm_heads(k, _fvec(fbuf, ftab[il, F_K_NORM]), eps, n_head_kv, hd)
         rope_apply(q, angles[layer_tab[il]], n_head, hd, n_rot, hp[H_ROPE_MODE])
         rope_apply(k, angles[layer_tab[il]], n_head_kv, hd, n_rot, hp[H_ROPE_MODE])
         _trace(trace, 1, il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
@@ -198,9 +203,9 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
         attention(q, kcache[il], vcache[il], pos0, n_head, n_head_kv, hd, hdv,
                   hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att, n_threads)
         _trace(trace, 4, il, att)
-        _linear(wbuf, wtab, pbuf, ptab, il, W_O, att, acts, ao)
+        _linear(wbuf, wtab[il, W_O], pbuf, ptab[il, W_O], att, acts, ao, no_acts)
         if ftab[il, F_ATTN_POST_NORM, 1] > 0:
-            rms_norm(ao, _fvec(fbuf, ftab, il, F_ATTN_POST_NORM), eps, ao)
+            rms_norm(ao, _fvec(fbuf, ftab[il, F_ATTN_POST_NORM]), eps, ao)
         _trace(trace, 5, il, ao)
         if il == n_layer - 1 and n_out < T:
             # llama.cpp keeps only the output rows from here on (ggml_get_rows of
@@ -215,14 +220,14 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
         _add_residual(ao, x)
         _trace(trace, 6, il, x)
 
-        rms_norm(x, _fvec(fbuf, ftab, il, F_FFN_NORM), eps, xn)
+        rms_norm(x, _fvec(fbuf, ftab[il, F_FFN_NORM]), eps, xn)
         _trace(trace, 7, il, xn)
         if wtab[il, W_GATE, 1] >= 0:
-            have = _linear(wbuf, wtab, pbuf, ptab, il, W_GATE, xn, acts, gate)
-            _linear(wbuf, wtab, pbuf, ptab, il, W_UP, xn, acts, up, have)
+            have = _linear(wbuf, wtab[il, W_GATE], pbuf, ptab[il, W_GATE], xn, acts, gate, no_acts)
+            _linear(wbuf, wtab[il, W_UP], pbuf, ptab[il, W_UP], xn, acts, up, have)
         else:
             gu = _view(shid, T, 2 * n_ff)     # phi3: ffn_up holds [gate; up]
-            _linear(wbuf, wtab, pbuf, ptab, il, W_UP, xn, acts, gu)
+            _linear(wbuf, wtab[il, W_UP], pbuf, ptab[il, W_UP], xn, acts, gu, no_acts)
             for t in range(T):
                 gate[t, :] = gu[t, :n_ff]
                 up[t, :] = gu[t, n_ff:]
@@ -230,18 +235,18 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
             geglu(gate, up, gelu_tab, hid)
         else:
             swiglu(gate, up, hid)
-        _linear(wbuf, wtab, pbuf, ptab, il, W_DOWN, hid, acts, ao)
+        _linear(wbuf, wtab[il, W_DOWN], pbuf, ptab[il, W_DOWN], hid, acts, ao, no_acts)
         if ftab[il, F_FFN_POST_NORM, 1] > 0:
-            rms_norm(ao, _fvec(fbuf, ftab, il, F_FFN_POST_NORM), eps, ao)
+            rms_norm(ao, _fvec(fbuf, ftab[il, F_FFN_POST_NORM]), eps, ao)
         _trace(trace, 8, il, ao)
         _add_residual(ao, x)
         _trace(trace, 9, il, x)
 
     last = x[T - n_out:]
     xo = _view(sxn, n_out, n_embd)
-    rms_norm(last, _fvec(fbuf, ftab, gl, F_OUT_NORM), eps, xo)
+    rms_norm(last, _fvec(fbuf, ftab[gl, F_OUT_NORM]), eps, xo)
     out = logits[:n_out]
-    _linear(wbuf, wtab, pbuf, ptab, gl, W_OUT, xo, acts, out)
+    _linear(wbuf, wtab[gl, W_OUT], pbuf, ptab[gl, W_OUT], xo, acts, out, no_acts)
     cap = hpf[HF_FINAL_SOFTCAP]
     if cap != 0.0:
         c = np.float32(cap)

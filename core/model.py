@@ -85,6 +85,30 @@ def warn_slow_threading():
               "pip install tbb (or install libgomp) for full speed.", file=sys.stderr)
 
 
+def first_compile_notice():
+    """At a model's load, when this process has not run the engine yet and the numba cache
+    lacks it: say on stderr that it is compiling (a minute or two on 2 cores, once), rather
+    than sit silent. Returns what to call when the first forward is done (it times the
+    compile and marks the cache), or None when there is nothing to say."""
+    import sys
+    from pathlib import Path
+    import numba
+    if fw.forward.signatures:
+        return None
+    marker = Path(numba.config.CACHE_DIR) / "forward.compiled"
+    if marker.exists():
+        return None
+    print(f"dasllama: first run with this engine build: compiling its kernels for this CPU "
+          f"(once; cached in {numba.config.CACHE_DIR})", file=sys.stderr)
+    start = time.perf_counter()
+
+    def done():
+        print(f"dasllama: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    return done
+
+
 def _ram_bytes():
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -144,9 +168,10 @@ class Model:
     """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
 
     def __init__(self, path, n_ctx=DEFAULT_N_CTX, n_threads=None, n_batch=DEFAULT_N_BATCH,
-                 prefill_copy=True):
+                 prefill_copy=True, quiet=False):
         t0 = time.perf_counter()
         prefer_threading_layers(DECODE_LAYERS)
+        self._compiled = None if quiet else first_compile_notice()
         self.path = os.fspath(path)
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)
@@ -218,6 +243,9 @@ class Model:
                    t.layer_swa, t.layer_freq_base, self.kcache, self.vcache, self.scratch,
                    self.acts, self.gelu_tab, n_out, self.logits, trace, self.n_threads)
         self.n_past += chunk.size
+        if self._compiled is not None:
+            self._compiled()
+            self._compiled = None
         if first:
             warn_slow_threading()
 

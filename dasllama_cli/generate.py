@@ -45,7 +45,7 @@ def read_prompt(prompt_arg, prompt_opt, file):
 @click.option("-sys", "--system-prompt", help="System message for --chat.")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-text tokens.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON record (text, token ids, timings) instead of streaming.")
-@click.option("-q", "--quiet", is_flag=True, help="No timing line on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="Nothing on stderr: no timing line, no first-run compile notice.")
 def generate_cmd(prompt_arg, model_path, prompt_opt, file, n_predict, ctx_size, threads, batch_size,
                  temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, chat,
                  system_prompt, ignore_eos, as_json, quiet):
@@ -57,7 +57,8 @@ def generate_cmd(prompt_arg, model_path, prompt_opt, file, n_predict, ctx_size, 
                            repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
                            seed=None if seed < 0 else seed)
     with user_errors():
-        model = load(model_path, n_ctx=ctx_size or None, n_threads=threads, n_batch=batch_size)
+        model = load(model_path, n_ctx=ctx_size or None, n_threads=threads, n_batch=batch_size,
+                     quiet=quiet)
         ids = prompt_ids(model, prompt, chat=chat, system=system_prompt)
         out = click.get_text_stream("stdout")
         pieces, token_ids = [], []
