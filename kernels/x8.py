@@ -41,6 +41,7 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .dots import TILED_MIN_TOKENS, gemm_tokens
+from .simd import HAS_VNNI
 from .ir import I8, I32, I64, V8F32, V8I32, V16I16, V32I8, Gen, i64_call, keep_alive
 from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
                      f16_at, q_q4_0, q_q6_k, row_bytes, scale_min_k4)
@@ -99,16 +100,18 @@ class _Token:
         return self.g.splat(self.g.f32(self.xd, self.g.b.mul(blk, self.g.c(I64, 4))), 8)
 
 
-def _tile(name, layout, block_elems, n_acc, block, finish):
+def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False):
     """The intrinsic tile(w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
     out_stride) of one group of 8 rows (w: its bytes) against n_tok tokens: per token,
     acc = block(g, wb, token, blk, acc) over the blocks (wb: the group's bytes of block blk),
-    then finish(g, acc), the 8 rows' floats, stored at out + t * out_stride."""
+    then finish(g, acc), the 8 rows' floats, stored at out + t * out_stride.
+    vnni: the block's Gen forms 4-product lanes with vpdpbusd (Gen.lanes)."""
     group_block = int(BLOCK_BYTES[layout]) * GROUP
+    name += "_vnni" if vnni else ""
 
     def emit(b, a):
         from .simd import _loop
-        g = Gen(b)
+        g = Gen(b, vnni)
         ptr = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 2, 4, 6, 9)]
         w, x, aux, xd, out = ptr
         n_blocks, n_tok = a[1], a[8]
@@ -137,7 +140,7 @@ def _tile(name, layout, block_elems, n_acc, block, finish):
 
 
 # what a kernel computes per call for its tiles' aux rows
-AUX_ABS, AUX_BLOCK_SUMS8, AUX_BSUMS32, AUX_BSUMS16 = range(4)
+AUX_ABS, AUX_BLOCK_SUMS8, AUX_BSUMS32, AUX_BSUMS16, AUX_LANE_OFFSETS = range(5)
 
 
 def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
@@ -160,6 +163,8 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
             aux = block_sums8(xq, n_tokens, n_cols)
         elif aux_kind == AUX_BSUMS32:
             aux = bsums32(xa, n_tokens, n_cols)
+        elif aux_kind == AUX_LANE_OFFSETS:
+            aux = lane_offsets(xq, n_tokens, n_cols)
         else:
             aux = bsums16(xa, n_tokens, n_cols)
         n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
@@ -185,8 +190,9 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
 # --- Q8_0 (and Q5_0 as Q8_0) -----------------------------------------------------------------
 
 @njit(**JIT, parallel=True)
-def _fill_q8_0(src, n_groups, n_blocks, out):
-    """Q8_0_X8 from the Q8_0 rows in src; False if a quant is -128."""
+def _fill_q8_0(src, n_groups, n_blocks, out, flip):
+    """Q8_0_X8 from the Q8_0 rows in src, each quant byte xor flip (0x80: w + 128, unsigned);
+    False if a quant is -128 and kept signed."""
     bad = 0
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
@@ -198,18 +204,33 @@ def _fill_q8_0(src, n_groups, n_blocks, out):
                 for e in range(32):
                     q = src[p + 2 + e]
                     bad += q == 0x80
-                    out[o + 32 + 32 * (e // 4) + 4 * r + e % 4] = q
-    return bad == 0
+                    out[o + 32 + 32 * (e // 4) + 4 * r + e % 4] = q ^ flip
+    return bad == 0 or flip != 0
 
 
 def _block_q8_0(g, wb, tok, blk, acc):
-    """8 lane fmas over 8 rows: pmaddubsw(|x|, w signed by x) (aux holds |x|)."""
+    """8 lane fmas over 8 rows: the lanes of |x| by w signed by x (aux holds |x|): pmaddubsw
+    and pmaddwd, or one vpdpbusd (the same int32s: no pair saturates int16)."""
     b = g.b
     scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
     new = []
     for lane in range(8):
         signed = g.psign(g.load(wb, 32 + 32 * lane, V32I8), tok.lane(blk, lane))
-        ints = g.maddwd(g.maddubs(tok.lane(blk, lane, tok.aux), signed), g.c(V16I16, 1))
+        ints = g.lanes(tok.lane(blk, lane, tok.aux), signed)
+        new.append(g.fma(scale, g.cvt(ints), acc[lane]))
+    return new
+
+
+def _block_q8_0_offset(g, wb, tok, blk, acc):
+    """The same 8 lane fmas with vpdpbusd, weights stored as w + 128 (unsigned) against the
+    token's signed bytes, each lane's sum starting from -128 x the token's sum over those 4
+    elements (aux): the same int32s without a psign, and a -128 quant is no exception."""
+    b = g.b
+    scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
+    new = []
+    for lane in range(8):
+        start = b.bitcast(tok.lane(blk, lane, tok.aux), V8I32)
+        ints = g.lanes(g.load(wb, 32 + 32 * lane, V32I8), tok.lane(blk, lane), start)
         new.append(g.fma(scale, g.cvt(ints), acc[lane]))
     return new
 
@@ -235,8 +256,29 @@ def abs_quants(xq, n_tokens, n_cols):
     return out
 
 
-repack = _repacker(_fill_q8_0, Q8_0_X8, 32)
-kernel = _kernel(Q8_0_X8, 32, AUX_ABS, _tile("q8_0_x8", Q8_0_X8, 32, 8, _block_q8_0, _finish_q8_0))
+@njit(**JIT)
+def lane_offsets(xq, n_tokens, n_cols):
+    """-128 x each token's sums over 4 consecutive quants, int32 (n_tokens, n_cols // 4)."""
+    out = np.empty((n_tokens, n_cols // 4), np.int32)
+    for t in range(n_tokens):
+        row = xq[t]
+        for j in range(n_cols // 4):
+            out[t, j] = -128 * (np.int32(row[4 * j]) + np.int32(row[4 * j + 1])
+                                + np.int32(row[4 * j + 2]) + np.int32(row[4 * j + 3]))
+    return out
+
+
+# With VNNI the quants are stored offset (vpdpbusd sums u8 x s8 in int32, so w + 128 cannot
+# overflow a pair): a lane step is vpdpbusd, cvt and fma; without, psign, pmaddubsw, pmaddwd,
+# cvt and fma. Either way every int32 lane is ggml's.
+Q8_0_FLIP = 0x80 if HAS_VNNI else 0
+repack = _repacker(lambda src, n_groups, n_blocks, out: _fill_q8_0(src, n_groups, n_blocks, out, Q8_0_FLIP),
+                   Q8_0_X8, 32)
+if HAS_VNNI:
+    kernel = _kernel(Q8_0_X8, 32, AUX_LANE_OFFSETS,
+                     _tile("q8_0_x8_offset", Q8_0_X8, 32, 8, _block_q8_0_offset, _finish_q8_0, vnni=True))
+else:
+    kernel = _kernel(Q8_0_X8, 32, AUX_ABS, _tile("q8_0_x8", Q8_0_X8, 32, 8, _block_q8_0, _finish_q8_0))
 
 
 # --- Q4_0 ------------------------------------------------------------------------------------

@@ -247,12 +247,21 @@ def test_which_batches_take_a_copy():
     assert x8.copy_tokens(Q.Q4_0_X8, Q.Q4_0, 1)
 
 
-def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
-    # -128 would wrap when the weights take the token's sign; such a matrix keeps its layout
+def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
+    # -128 would wrap when the weights take the token's sign (psign, without VNNI): such a
+    # matrix keeps its layout; stored as w + 128 (VNNI) it is a quant like any other
     w = _without_minus_128(random_weights(Q.Q8_0, 16, 64, seed=4))
     assert x8.repack(w, 16, 64) is not None
     w.reshape(-1, 34)[5, 9] = 0x80
-    assert x8.repack(w, 16, 64) is None
+    w.reshape(-1, 34)[17, 2:] = 0x80
+    if not x8.Q8_0_FLIP:
+        assert x8.repack(w, 16, 64) is None
+    else:
+        x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+        ref, bufs = _ref(Q.Q8_0, w, x)
+        got = np.full_like(ref, np.nan)
+        M.matmul(Q.Q8_0_X8, x8.repack(w, 16, 64), 16, 64, *bufs, 3, got)
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
     assert x8.repack(random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
     assert x8.repack_q4_k(random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
     assert x8.repack_q6_k(random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None
@@ -262,6 +271,11 @@ def test_q8_0_x8_declines_a_minus_128_and_partial_groups():
 def test_abs_quants():
     xq = np.array([[-127, -1, 0, 1, 127, -64]], np.int8)
     assert x8.abs_quants(xq, 1, 6).tolist() == [[127, 1, 0, 1, 127, 64]]
+
+
+def test_lane_offsets():
+    xq = np.array([[-127, -127, -127, -127, 127, 1, 0, -3]], np.int8)
+    assert x8.lane_offsets(xq, 1, 8).tolist() == [[128 * 508, -128 * 125]]
 
 
 @pytest.mark.parametrize("offset", [8, 16])
