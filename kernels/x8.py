@@ -316,15 +316,21 @@ def _block_q4_0(g, wb, tok, blk, acc):
     b = g.b
     scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
     low = g.c(V32I8, 0x0F)
-    sum16 = None
+    sums = []     # int16 pairs of each packed vector, or with vnni its int32 lanes
     for v in range(4):
         packed = g.load(wb, 32 + 32 * v, V32I8)
         high = b.bitcast(b.lshr(b.bitcast(packed, V16I16), g.c(V16I16, 4)), V32I8)
-        for quants, lane in ((b.and_(packed, low), v), (b.and_(high, low), v + 4)):
-            p16 = g.maddubs(quants, tok.lane(blk, lane))
-            sum16 = p16 if sum16 is None else b.add(sum16, p16)
+        lo, hi = b.and_(packed, low), b.and_(high, low)
+        if g.vnni:      # one vpdpbusd chain of 2 per packed vector: short enough for a gemv
+            sums.append(g.lanes(hi, tok.lane(blk, v + 4), g.lanes(lo, tok.lane(blk, v))))
+        else:
+            sums.append(b.add(g.maddubs(lo, tok.lane(blk, v)), g.maddubs(hi, tok.lane(blk, v + 4))))
+    total = b.add(b.add(sums[0], sums[1]), b.add(sums[2], sums[3]))
     offset = g.splat(g.load(tok.aux, b.mul(blk, g.c(I64, 4)), I32), 8)
-    ints = b.sub(g.maddwd(sum16, g.c(V16I16, 1)), offset)
+    if g.vnni:
+        ints = b.sub(total, offset)
+    else:
+        ints = b.sub(g.maddwd(total, g.c(V16I16, 1)), offset)
     return [g.fma(b.sitofp(ints, V8F32), scale, acc[0])]
 
 
@@ -349,7 +355,7 @@ def block_sums8(xq, n_tokens, n_cols):
 
 repack_q4_0 = _repacker(_fill_q4_0, Q4_0_X8, 32)
 kernel_q4_0 = _kernel(Q4_0_X8, 32, AUX_BLOCK_SUMS8,
-                      _tile("q4_0_x8", Q4_0_X8, 32, 1, _block_q4_0, _finish_scalar))
+                      _tile("q4_0_x8", Q4_0_X8, 32, 1, _block_q4_0, _finish_scalar, vnni=HAS_VNNI))
 
 
 # --- Q4_K ------------------------------------------------------------------------------------
