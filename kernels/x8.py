@@ -160,11 +160,11 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
         if aux_kind == AUX_ABS:         # compile-time constants: one branch is compiled
             aux = abs_quants(xq, n_tokens, n_cols)
         elif aux_kind == AUX_BLOCK_SUMS8:
-            aux = block_sums8(xq, n_tokens, n_cols)
+            aux = group_sums(xq, n_tokens, n_cols, 32, 8)
         elif aux_kind == AUX_BSUMS32:
             aux = bsums32(xa, n_tokens, n_cols)
         elif aux_kind == AUX_LANE_OFFSETS:
-            aux = lane_offsets(xq, n_tokens, n_cols)
+            aux = group_sums(xq, n_tokens, n_cols, 4, -128)
         else:
             aux = bsums16(xa, n_tokens, n_cols)
         n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
@@ -257,14 +257,18 @@ def abs_quants(xq, n_tokens, n_cols):
 
 
 @njit(**JIT)
-def lane_offsets(xq, n_tokens, n_cols):
-    """-128 x each token's sums over 4 consecutive quants, int32 (n_tokens, n_cols // 4)."""
-    out = np.empty((n_tokens, n_cols // 4), np.int32)
+def group_sums(xq, n_tokens, n_cols, group, factor):
+    """factor x each token's sums over its groups of `group` consecutive quants, int32
+    (n_tokens, n_cols // group): Q4_0_X8 takes 8 x the 32-element block sums, the offset
+    Q8_0_X8 -128 x the 4-element lane sums."""
+    out = np.empty((n_tokens, n_cols // group), np.int32)
     for t in range(n_tokens):
         row = xq[t]
-        for j in range(n_cols // 4):
-            out[t, j] = -128 * (np.int32(row[4 * j]) + np.int32(row[4 * j + 1])
-                                + np.int32(row[4 * j + 2]) + np.int32(row[4 * j + 3]))
+        for j in range(n_cols // group):
+            s = np.int32(0)
+            for e in range(group * j, group * j + group):
+                s += np.int32(row[e])
+            out[t, j] = factor * s
     return out
 
 
@@ -337,20 +341,6 @@ def _block_q4_0(g, wb, tok, blk, acc):
 def _finish_scalar(g, acc):
     """The repacked kernels' acc - their min sum (empty for Q4_0: 0.0)."""
     return g.b.fsub(acc[0], acc[1] if len(acc) > 1 else g.c(V8F32, 0.0))
-
-
-@njit(**JIT)
-def block_sums8(xq, n_tokens, n_cols):
-    """8 x each token's sums over its 32-element blocks, int32."""
-    out = np.empty((n_tokens, n_cols // 32), np.int32)
-    for t in range(n_tokens):
-        row = xq[t]
-        for j in range(n_cols // 32):
-            s = np.int32(0)
-            for e in range(32 * j, 32 * j + 32):
-                s += np.int32(row[e])
-            out[t, j] = 8 * s
-    return out
 
 
 repack_q4_0 = _repacker(_fill_q4_0, Q4_0_X8, 32)

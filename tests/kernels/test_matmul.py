@@ -273,9 +273,10 @@ def test_abs_quants():
     assert x8.abs_quants(xq, 1, 6).tolist() == [[127, 1, 0, 1, 127, 64]]
 
 
-def test_lane_offsets():
+def test_group_sums():
     xq = np.array([[-127, -127, -127, -127, 127, 1, 0, -3]], np.int8)
-    assert x8.lane_offsets(xq, 1, 8).tolist() == [[128 * 508, -128 * 125]]
+    assert x8.group_sums(xq, 1, 8, 4, -128).tolist() == [[128 * 508, -128 * 125]]
+    assert x8.group_sums(xq, 1, 8, 8, 8).tolist() == [[8 * (-508 + 125)]]
 
 
 @pytest.mark.parametrize("offset", [8, 16])
