@@ -30,6 +30,7 @@ layout.
 
 Layout (Q8_0_X8): per group of 8 rows, per block: the 8 rows' scales as f32 (32 bytes), then
 lanes 0..7, each the 8 rows' 4 bytes of that lane (32 bytes): 288 bytes, 36 a row and block.
+On CPUs with VNNI the bytes are w + 128 and the sign stays on the token (_block_q8_0_offset).
 
 The K-quants' batch folds (llama.cpp's repacked Q4_K gemm, its tiled K-quant matmul) take one
 exact integer sum per pair and chunk of a block, so there the lanes of a sub-block add up in
@@ -41,10 +42,10 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .dots import TILED_MIN_TOKENS, gemm_tokens
-from .simd import HAS_VNNI
 from .ir import I8, I32, I64, V8F32, V8I32, V16I16, V32I8, Gen, i64_call, keep_alive
 from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
                      f16_at, q_q4_0, q_q6_k, row_bytes, scale_min_k4)
+from .simd import HAS_VNNI
 
 GROUP = 8
 _ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
@@ -209,8 +210,7 @@ def _fill_q8_0(src, n_groups, n_blocks, out, flip):
 
 
 def _block_q8_0(g, wb, tok, blk, acc):
-    """8 lane fmas over 8 rows: the lanes of |x| by w signed by x (aux holds |x|): pmaddubsw
-    and pmaddwd, or one vpdpbusd (the same int32s: no pair saturates int16)."""
+    """8 lane fmas over 8 rows: pmaddubsw(|x|, w signed by x) and pmaddwd (aux holds |x|)."""
     b = g.b
     scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
     new = []
