@@ -275,15 +275,15 @@ class Gen:
         return self.b.select(hit, self.c(V32I8, 16), self.c(V32I8, 0))
 
     def lanes(self, u, s, acc=None):
-        """Unsigned quants u x signed quants s -> 8 int32 lanes of 4 consecutive products
-        (+ acc, <8 x i32>). Only vpdpbusd takes any u8 (it sums in int32); the pmaddubsw form
-        needs u * s pairs within int16, as every caller's are without vnni."""
+        """Unsigned quants u x signed quants s -> 8 int32 lanes of 4 consecutive products.
+        acc (<8 x i32>, vnni only): vpdpbusd's starting sums. Only vpdpbusd takes any u8 (it
+        sums in int32); the pmaddubsw form needs u * s pairs within int16."""
         if self.vnni:
             return self.intr("llvm.x86.avx512.vpdpbusd.256", V8I32,
                              [self.c(V8I32, 0) if acc is None else acc, self.b.bitcast(u, V8I32),
                               self.b.bitcast(s, V8I32)])
-        lanes = self.maddwd(self.maddubs(u, s), self.c(V16I16, 1))
-        return lanes if acc is None else self.b.add(lanes, acc)
+        assert acc is None, "the pmaddubsw form starts from zero"
+        return self.maddwd(self.maddubs(u, s), self.c(V16I16, 1))
 
     def dpbusd512(self, acc, u, s):
         """acc + per lane the sum of 4 products u8 x s8 (<16 x i32> operands, wrapping like

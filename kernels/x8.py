@@ -30,7 +30,7 @@ layout.
 
 Layout (Q8_0_X8): per group of 8 rows, per block: the 8 rows' scales as f32 (32 bytes), then
 lanes 0..7, each the 8 rows' 4 bytes of that lane (32 bytes): 288 bytes, 36 a row and block.
-On CPUs with VNNI the bytes are w + 128 and the sign stays on the token (_block_q8_0_offset).
+On CPUs with VNNI the bytes are w + 128 and the sign stays on the token (_block_q8_0).
 
 The K-quants' batch folds (llama.cpp's repacked Q4_K gemm, its tiled K-quant matmul) take one
 exact integer sum per pair and chunk of a block, so there the lanes of a sub-block add up in
@@ -210,27 +210,20 @@ def _fill_q8_0(src, n_groups, n_blocks, out, flip):
 
 
 def _block_q8_0(g, wb, tok, blk, acc):
-    """8 lane fmas over 8 rows: pmaddubsw(|x|, w signed by x) and pmaddwd (aux holds |x|)."""
+    """8 lane fmas over 8 rows. Without VNNI: pmaddubsw(|x|, w signed by x) and pmaddwd (aux
+    holds |x|). With VNNI the weights are stored as w + 128 (unsigned) and one vpdpbusd takes
+    them against the token's signed bytes, each lane's sum starting from -128 x the token's
+    sum over those 4 elements (aux): the same int32s without a psign, and a -128 quant is no
+    exception."""
     b = g.b
     scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
     new = []
     for lane in range(8):
-        signed = g.psign(g.load(wb, 32 + 32 * lane, V32I8), tok.lane(blk, lane))
-        ints = g.lanes(tok.lane(blk, lane, tok.aux), signed)
-        new.append(g.fma(scale, g.cvt(ints), acc[lane]))
-    return new
-
-
-def _block_q8_0_offset(g, wb, tok, blk, acc):
-    """The same 8 lane fmas with vpdpbusd, weights stored as w + 128 (unsigned) against the
-    token's signed bytes, each lane's sum starting from -128 x the token's sum over those 4
-    elements (aux): the same int32s without a psign, and a -128 quant is no exception."""
-    b = g.b
-    scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
-    new = []
-    for lane in range(8):
-        start = b.bitcast(tok.lane(blk, lane, tok.aux), V8I32)
-        ints = g.lanes(g.load(wb, 32 + 32 * lane, V32I8), tok.lane(blk, lane), start)
+        w = g.load(wb, 32 + 32 * lane, V32I8)
+        if g.vnni:
+            ints = g.lanes(w, tok.lane(blk, lane), b.bitcast(tok.lane(blk, lane, tok.aux), V8I32))
+        else:
+            ints = g.lanes(tok.lane(blk, lane, tok.aux), g.psign(w, tok.lane(blk, lane)))
         new.append(g.fma(scale, g.cvt(ints), acc[lane]))
     return new
 
@@ -275,14 +268,17 @@ def group_sums(xq, n_tokens, n_cols, group, factor):
 # With VNNI the quants are stored offset (vpdpbusd sums u8 x s8 in int32, so w + 128 cannot
 # overflow a pair): a lane step is vpdpbusd, cvt and fma; without, psign, pmaddubsw, pmaddwd,
 # cvt and fma. Either way every int32 lane is ggml's.
-Q8_0_FLIP = 0x80 if HAS_VNNI else 0
-repack = _repacker(lambda src, n_groups, n_blocks, out: _fill_q8_0(src, n_groups, n_blocks, out, Q8_0_FLIP),
-                   Q8_0_X8, 32)
-if HAS_VNNI:
-    kernel = _kernel(Q8_0_X8, 32, AUX_LANE_OFFSETS,
-                     _tile("q8_0_x8_offset", Q8_0_X8, 32, 8, _block_q8_0_offset, _finish_q8_0, vnni=True))
-else:
-    kernel = _kernel(Q8_0_X8, 32, AUX_ABS, _tile("q8_0_x8", Q8_0_X8, 32, 8, _block_q8_0, _finish_q8_0))
+def q8_0_x8(vnni):
+    """(repack, kernel) of Q8_0_X8 in its form for a CPU with or without VNNI (tests build
+    the other form too: its instructions run on a VNNI CPU)."""
+    flip = 0x80 if vnni else 0
+    rep = _repacker(lambda src, n_groups, n_blocks, out: _fill_q8_0(src, n_groups, n_blocks, out, flip),
+                    Q8_0_X8, 32)
+    return rep, _kernel(Q8_0_X8, 32, AUX_LANE_OFFSETS if vnni else AUX_ABS,
+                        _tile("q8_0_x8", Q8_0_X8, 32, 8, _block_q8_0, _finish_q8_0, vnni=vnni))
+
+
+repack, kernel = q8_0_x8(HAS_VNNI)
 
 
 # --- Q4_0 ------------------------------------------------------------------------------------
@@ -343,9 +339,14 @@ def _finish_scalar(g, acc):
     return g.b.fsub(acc[0], acc[1] if len(acc) > 1 else g.c(V8F32, 0.0))
 
 
+def q4_0_x8_kernel(vnni):
+    """The Q4_0_X8 kernel in its form for a CPU with or without VNNI (the layout is one)."""
+    return _kernel(Q4_0_X8, 32, AUX_BLOCK_SUMS8,
+                   _tile("q4_0_x8", Q4_0_X8, 32, 1, _block_q4_0, _finish_scalar, vnni=vnni))
+
+
 repack_q4_0 = _repacker(_fill_q4_0, Q4_0_X8, 32)
-kernel_q4_0 = _kernel(Q4_0_X8, 32, AUX_BLOCK_SUMS8,
-                      _tile("q4_0_x8", Q4_0_X8, 32, 1, _block_q4_0, _finish_scalar, vnni=HAS_VNNI))
+kernel_q4_0 = q4_0_x8_kernel(HAS_VNNI)
 
 
 # --- Q4_K ------------------------------------------------------------------------------------

@@ -220,6 +220,26 @@ def test_q8_0_x8_copy_multiplies_bit_for_bit_alike(source, n_rows, n_tokens):
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (24, 33)])
+def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(n_rows, n_tokens):
+    # the pmaddubsw forms (CPUs without VNNI) and the vpdpbusd forms are both ggml's int32
+    # lanes; a VNNI CPU runs both, so each is held to the reference here
+    forms = [False, True] if simd.HAS_VNNI else [False]
+    for source, n_cols in (("Q8_0", 256), ("Q4_0", 512)):
+        qtype = getattr(Q, source)
+        w, x = _case(qtype, n_rows=n_rows, n_cols=n_cols, n_tokens=n_tokens, seed=n_rows)
+        w = _without_minus_128(w) if qtype == Q.Q8_0 else w
+        ref, bufs = _ref(qtype, w, x)
+        for vnni in forms:
+            if qtype == Q.Q8_0:
+                repack, kernel = x8.q8_0_x8(vnni)
+            else:
+                repack, kernel = x8.repack_q4_0, x8.q4_0_x8_kernel(vnni)
+            got = np.full_like(ref, np.nan)
+            kernel(repack(w, n_rows, n_cols), n_rows, n_cols, *bufs, n_tokens, got)
+            np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"{source} vnni={vnni}")
+
+
 # (format, its X8 copy, columns, token counts): Q4_K's first T - T % 4 tokens (T >= 4) fold as
 # llama.cpp's repacked gemm, the rest as its gemv; Q6_K_X8 spells only the tiled fold (T >= 8)
 _K_COPIES = [("Q4_0", "repack_q4_0", 512, [(8, 1), (16, 5), (24, 33), (64, 130)]),
@@ -254,7 +274,7 @@ def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
     assert x8.repack(w, 16, 64) is not None
     w.reshape(-1, 34)[5, 9] = 0x80
     w.reshape(-1, 34)[17, 2:] = 0x80
-    if not x8.Q8_0_FLIP:
+    if not simd.HAS_VNNI:
         assert x8.repack(w, 16, 64) is None
     else:
         x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
