@@ -10,7 +10,6 @@ import numpy as np
 from numba import njit
 
 from dasllama.kernels.matmul import act_kind, dequantize_row, matmul, quantize_act
-from dasllama.kernels.x8 import copy_tokens
 from dasllama.kernels.ops import (attention, geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply,
                                   store_kv, swiglu)
 
@@ -55,16 +54,16 @@ def _fvec(fbuf, frow):
 @njit(cache=True)
 def _linear(wbuf, wrow, pbuf, prow, x, acts, out, have):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
-    wrow, prow: the weight's wtab and ptab rows (offset, qtype, rows, cols).
-    The weight's copy serves where it has one whose layout takes T tokens (x8.copy_tokens:
-    batches, and decode of Q8_0 and Q4_0 weights; same result, faster kernel).
+    wrow, prow: the weight's wtab row (offset, qtype, rows, cols) and ptab row (the same of
+    its copy, then the batch sizes min..max the copy serves: model.prefill_copies). The copy
+    serves the batches it was made for (same result, faster kernel).
     have: the activation kind `acts` already holds for this same x (from the previous
     product on it; -1 when none), which is then not quantised again; returns the kind
     `acts` holds.
     Every call passes the same argument types: a literal slot number or an omitted `have`
     would make numba compile (and link the whole matmul dispatch into) one copy per call."""
     T = x.shape[0]
-    if prow[1] >= 0 and copy_tokens(prow[1], wrow[1], T):
+    if prow[1] >= 0 and prow[4] <= T <= prow[5]:
         wrow, wbuf = prow, pbuf
     off, qtype, rows, cols = wrow[0], wrow[1], wrow[2], wrow[3]
     xq, xd, xa, xf = acts
@@ -112,8 +111,8 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
             kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace, n_threads):
     """Run tokens (T,) at positions pos0.. through the model; write logits of the last n_out.
 
-    pbuf, ptab: prefill copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab
-    (qtype -1: none), used for T > 1;
+    pbuf, ptab: copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab, each with the
+    batch sizes it serves (layout -1: none; model.prefill_copies);
     kcache, vcache: (n_layer, n_ctx, n_head_kv*head_dim) uint16 f16 bits, filled at pos0..
     scratch: flat f32 buffers (x, xn, q, k, v, att, ao, gate, up, hid); acts: (xq, xd, xa, xf);
     logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty;

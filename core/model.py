@@ -6,8 +6,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import ops, x8
-from dasllama.kernels.quants import Q5_0, Q8_0, SUPPORTED as SUPPORTED_QTYPES, q5_0_as_q8_0, row_bytes
+from dasllama.kernels import ops, sidecar, x8
+from dasllama.kernels.quants import Q5_0, SUPPORTED as SUPPORTED_QTYPES, row_bytes
 
 from . import forward as fw
 from .models import family
@@ -116,50 +116,59 @@ def _ram_bytes():
         return 8 << 30
 
 
-def prefill_copies(wbuf, wtab, enabled=True, budget=None):
-    """(pbuf, ptab): copies of matmul weights that prefill multiplies faster, bit for bit to the
-    same result, laid out as wbuf/wtab (qtype -1: no copy); decode keeps the file's blocks but
-    for Q8_0's and Q4_0's (x8.copy_tokens).
+BATCH_MAX = np.iinfo(np.int64).max
+PTAB_COLS = 6      # ptab rows: offset, layout, rows, cols, and the batch sizes it serves, min..max
+
+
+def layouts_in_force():
+    """{(qtype, phase): "x8" or "file"}: which phases multiply through the weights' copies (a
+    pin, the tuning sidecar, a shipped profile, else x8.LAYOUT_DEFAULTS)."""
+    return sidecar.layouts_in_force(x8.LAYOUT_DEFAULTS)
+
+
+def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
+    """(pbuf, ptab): copies of matmul weights that some phases multiply faster, bit for bit to
+    the same result; pbuf a read-only byte buffer like the memory map (so the forward sees one
+    array type for both), ptab rows (offset, layout, rows, cols, min_tokens, max_tokens) as
+    wtab's plus the batch sizes the copy serves (layout -1: no copy).
 
     Rows in groups of 8 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale, quants -
     16) and Q8_0 weights as they are go to the Q8_0_X8 layout, Q4_0 to Q4_0_X8, Q4_K to
-    Q4_K_X8, Q6_K to Q6_K_X8 (for batches of 8 or more: x8.copy_tokens); Q5_0 whose rows do
-    not group is copied as plain Q8_0 (34/22 of its bytes). The other copies are larger than
-    the weights they copy (36/34, 20/18, 312/144, 356/210), so they stop at `budget` bytes in
-    all (default: a quarter of the machine's RAM). The copy is read-only like the
-    memory map, so the forward sees one array type for both."""
+    Q4_K_X8, Q6_K to Q6_K_X8; Q5_0 whose rows do not group is copied as plain Q8_0 (34/22 of
+    its bytes). `layouts` ({(qtype, phase): "x8" or "file"}, default layouts_in_force()) says
+    for which phases a format's weights take their copy: a copy that no phase takes is not
+    made, and a batch takes it only from x8.min_tokens on, where its fold is the file's
+    kernels'. The copies that are larger than the weights they copy (36/34, 20/18, 312/144,
+    356/210) stop at `budget` bytes in all (default: a quarter of the machine's RAM). The
+    output matrix keeps the file's blocks: it usually takes one token."""
     budget = _ram_bytes() // 4 if budget is None else budget
-    ptab = np.full_like(wtab, -1)
+    layouts = layouts_in_force() if layouts is None else layouts
+    ptab = np.full(wtab.shape[:2] + (PTAB_COLS,), -1, np.int64)
     plan, size, extra = [], 0, 0
     for layer in range(wtab.shape[0] - 1):      # not the global row: the output matmul
-        for slot in range(wtab.shape[1]):       # usually takes one token
+        for slot in range(wtab.shape[1]):
             off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-            source = Q8_0 if qtype == Q5_0 else qtype
-            if not enabled or source not in x8.LAYOUTS:
+            layout = x8.copy_layout(qtype, rows) if enabled and qtype >= 0 else None
+            if layout is None:
                 continue
-            layout, repack = x8.LAYOUTS[source]
-            if rows % x8.GROUP:
-                if qtype != Q5_0:
-                    continue
-                layout, repack = Q8_0, None
+            decode = layouts.get((qtype, "decode")) == "x8" and x8.min_tokens(layout) == 1
+            prefill = layouts.get((qtype, "prefill")) == "x8"
+            if not (decode or prefill):
+                continue
+            served = (1 if decode else max(2, x8.min_tokens(layout)), BATCH_MAX if prefill else 1)
             nbytes = rows * row_bytes(layout, cols)
             if qtype != Q5_0:
                 if extra + nbytes > budget:
                     continue
                 extra += nbytes
-            plan.append((layer, slot, off, qtype, rows, cols, layout, repack, size))
+            plan.append((layer, slot, off, qtype, rows, cols, layout, served, size))
             size += nbytes
     pbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
-    for layer, slot, off, qtype, rows, cols, layout, repack, at in plan:
+    for layer, slot, off, qtype, rows, cols, layout, served, at in plan:
         blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
-        if qtype == Q5_0:
-            blocks = q5_0_as_q8_0(blocks)
-        dst = pbuf[at:at + rows * row_bytes(layout, cols)]
-        if repack is None:
-            dst[:] = blocks
-        elif repack(blocks, rows, cols, out=dst) is None:
-            continue    # a Q8_0 quant of -128: this matrix keeps the file's blocks
-        ptab[layer, slot] = (at, layout, rows, cols)
+        if x8.make_copy(qtype, blocks, rows, cols, out=pbuf[at:at + rows * row_bytes(layout, cols)]) is None:
+            continue    # a Q8_0 quant of -128 without VNNI: this matrix keeps the file's blocks
+        ptab[layer, slot] = (at, layout, rows, cols) + served
     pbuf.setflags(write=False)
     return pbuf, ptab
 

@@ -10,7 +10,7 @@ from dasllama import kernels
 from dasllama.core import default_model_path
 from dasllama.core.model import DECODE_LAYERS, prefer_threading_layers
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import matmul, sidecar
+from dasllama.kernels import matmul, sidecar, x8
 from dasllama.kernels.tune import Noisy, model_shapes, tune
 
 from .errors import USER_ERRORS
@@ -89,7 +89,9 @@ def model_qtypes(path):
 
 def render_report(report):
     """The winners table: per weight type and phase, the default, the winner, their times
-    summed over the model's tensors (decode: one token; prefill: PREFILL_TOKENS) and the gain."""
+    summed over the model's tensors (decode: one token; prefill: PREFILL_TOKENS) and the gain;
+    a "<phase> layout" row says whether the copied tensors multiply through their 8-row copy
+    (x8) or the file's blocks, timed over those tensors."""
     rows = []
     for o in report.outcomes:
         n = len(o.shape_winners)
@@ -115,12 +117,15 @@ def render_in_force(qtypes=None):
     """What runs for each weight type and phase, where that choice comes from, and what was
     refused or skipped on the way."""
     choices, notes = sidecar.resolve(matmul.VARIANTS)
+    layouts, layout_notes = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS)
     doc, refusal = sidecar.read()
     rows = []
-    for key, choice in sorted(choices.items(), key=lambda kv: (sidecar.type_name(kv[0][0]), kv[0][1:])):
+    named = [(key, key[1] if len(key) == 2 else sidecar.shape_key(*key[1:]), c) for key, c in choices.items()]
+    named += [(key, sidecar.layout_key(key[1]), c) for key, c in layouts.items()]
+    for key, phase, choice in sorted(named, key=lambda r: (sidecar.type_name(r[0][0]), r[1])):
         if qtypes is None or key[0] in qtypes:
-            phase = key[1] if len(key) == 2 else sidecar.shape_key(*key[1:])
             rows.append([sidecar.type_name(key[0]), phase, choice.variant, choice.source])
+    notes += [n for n in layout_notes if n not in notes]
     text = table(["type", "phase", "variant", "source"], rows)
     path = sidecar.sidecar_path()
     if doc:

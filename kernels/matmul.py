@@ -109,7 +109,7 @@ _kd_q3_k = _kp_q3_k = None
 _kd_q4_k = _kp_q4_k = None
 _kd_q5_k = _kp_q5_k = None
 _kd_q6_k = _kp_q6_k = None
-_k_q8_0_x8 = x8.kernel      # the copies' layouts (model.prefill_copies): no variants (yet)
+_k_q8_0_x8 = x8.kernel      # the copies' layouts (model.prefill_copies), one kernel each
 _k_q4_k_x8 = x8.kernel_q4_k
 _k_q6_k_x8 = x8.kernel_q6_k
 _k_q4_0_x8 = x8.kernel_q4_0
@@ -137,7 +137,7 @@ def _build_matmul():
         quantize_act (T rows used); every array row-contiguous (out[t] and xq[t] plain rows).
         One token runs the decode variant of the format, more the prefill variant."""
         _ = selection  # noqa: F841  (the cache key, see above)
-        if qtype == Q8_0_X8:        # the copies' layouts, any token count (x8.copy_tokens)
+        if qtype == Q8_0_X8:        # the copies' layouts, any token count (x8.min_tokens)
             _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         elif qtype == Q4_0_X8:
             _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)

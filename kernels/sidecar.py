@@ -10,6 +10,11 @@ the first of
     the default the first of the format's VARIANTS
 A sidecar from another machine, another version, or one that cannot be read is refused as a
 whole with a named reason; an entry naming a variant that this build does not offer is skipped.
+The same precedence chooses each format's layout for a phase (resolve_layouts): "x8", the
+8-row copy model.prefill_copies makes at load (kernels/x8.py), or "file", the blocks as they lie
+in the file; a pin names it as a variant ("Q8_0:decode=file"), a sidecar or profile under the
+key "<phase> layout". Layouts are data the compiled forward reads, not code: changing one
+compiles nothing.
 Plain Python (no numba): the kernel package resolves this before it compiles anything.
 """
 import functools
@@ -32,6 +37,7 @@ PHASES = ("decode", "prefill")
 PIN_ENV = "DASLLAMA_KERNELS"
 CONFIG_ENV = "DASLLAMA_CONFIG"
 PROFILES = Path(__file__).parent / "profiles"
+LAYOUT_NAMES = ("x8", "file")    # a format's weights for a phase: its 8-row copy, or the file's blocks
 # files of the tuner itself: editing them does not change how fast a kernel runs
 _NOT_KERNELS = {"tune.py", "sidecar.py", "cpu.py", "bench_matmul.py"}
 
@@ -171,8 +177,9 @@ def parse_pin(text):
         if not sep or not variant.strip() or any(p not in PHASES for p in phases):
             problems.append(f"{item!r} is not TYPE=VARIANT or TYPE:{'|'.join(PHASES)}=VARIANT")
             continue
+        variant = variant.strip()
         for p in phases:
-            pins[name, p] = variant.strip()
+            pins[name, layout_key(p) if variant in LAYOUT_NAMES else p] = variant
     return pins, problems
 
 
@@ -188,6 +195,11 @@ def shipped_profile(features):
 def shape_key(phase, n_rows, n_cols):
     """The winners-table key of one shape: "prefill 2048x640" (rows x cols)."""
     return f"{phase} {n_rows}x{n_cols}"
+
+
+def layout_key(phase):
+    """The winners-table key of a phase's layout: "decode layout"."""
+    return f"{phase} layout"
 
 
 def _layers(pin_text, doc, features):
@@ -238,6 +250,41 @@ def resolve(variants, pin_text=None, doc=None, features=None):
     return choices, notes
 
 
+def resolve_layouts(offered, pin_text=None, doc=None, features=None):
+    """({(qtype, phase): Choice} of the layout, notes) for each (qtype, phase) of `offered`
+    ({(qtype, phase): default layout}: the pairs whose copy folds as the file's kernels do),
+    by the same precedence as the variants."""
+    layers, notes = _layers(pin_text, doc, features)
+    choices = {}
+    for (qtype, phase), default in offered.items():
+        choices[qtype, phase] = Choice(default, "default")
+        for source, table in layers:
+            wanted = table.get((type_name(qtype), layout_key(phase)))
+            if wanted is None:
+                continue
+            if wanted not in LAYOUT_NAMES:
+                notes.append(f"{source}: {type_name(qtype)} {phase} layout {wanted!r} is not one of "
+                             f"{', '.join(LAYOUT_NAMES)}")
+                continue
+            choices[qtype, phase] = Choice(wanted, source)
+            break
+    return choices, notes
+
+
+def layouts_in_force(offered):
+    """{(qtype, phase): layout} for model.prefill_copies; what was skipped is warned about, and
+    a broken config falls back to the defaults (as in_force)."""
+    try:
+        choices, notes = resolve_layouts(offered)
+    except Exception as e:  # as in_force: a broken config never stops the engine from starting
+        warnings.warn(f"layout choice fell back to the defaults: {type(e).__name__}: {e}", SidecarWarning,
+                      stacklevel=2)
+        return dict(offered)
+    for note in notes:
+        warnings.warn(note, SidecarWarning, stacklevel=2)
+    return {key: c.variant for key, c in choices.items()}
+
+
 def _parse_shape(key):
     """"prefill 2048x640" -> ("prefill", 2048, 640); a phase alone -> None."""
     phase, _, dims = key.partition(" ")
@@ -280,6 +327,7 @@ def selection_tag():
         return ""
     chosen = {}
     for _, table in layers:
+        table = {(t, k): v for (t, k), v in table.items() if not k.endswith(" layout")}  # data only
         phases = {(t, k) for t, k in table if k in PHASES} - {(t, k.split()[0]) for t, k in chosen}
         chosen.update({(t, k): v for (t, k), v in table.items() if (t, k.split()[0]) in phases})
     if not chosen:

@@ -16,7 +16,12 @@ Steps, each refusing rather than guessing:
    model's tensors; a winner that differs from the one in force must then win a duel: paired
    rounds, head to head, judged by a sign test, so noise does not churn the choice;
 5. per shape, a variant that beats the type's winner by SHAPE_GAIN (and wins its duel) is kept
-   for that shape alone.
+   for that shape alone;
+6. the layout: where the model copies a format's weights into an 8-row interleave at load
+   (x8.make_copy), the copy's kernel ("x8") races beside the file's variants on the same
+   shapes, gated alike; per type and phase it is kept (sidecar key "<phase> layout") if it
+   beats the file's winners summed over the copied tensors, and wins its duel where that
+   changes what is in force. The file's winner still serves the tensors without a copy.
 The sidecar keeps every shape's medians; tuning a second model adds its shapes and re-chooses
 the winners of the types it uses, on its own shapes.
 """
@@ -30,9 +35,9 @@ import numba
 import numpy as np
 
 from . import matmul as M
-from . import sidecar, simd
+from . import sidecar, simd, x8
 from .quants import BF16, F16, F32, JIT, SUPPORTED, row_bytes
-from .sidecar import PHASES, sidecar_path, type_name
+from .sidecar import PHASES, layout_key, sidecar_path, type_name
 
 __all__ = ["Shape", "Noisy", "model_shapes", "probe_noise", "gate", "race", "duel", "tune", "sidecar_path"]
 
@@ -51,6 +56,7 @@ DUEL_P = 0.01                # sign-test level at which a duel's challenger wins
 MIN_DUEL_ROUNDS, MAX_DUEL_ROUNDS = 8, 200
 FLOAT_ULPS = 16              # float gate: |got - ref| <= (n_cols / 64 + FLOAT_ULPS) * 2^-24 * sum|w x|
 GATE_ROWS, GATE_TOKENS = 37, 7  # odd: tails for every row and token tile
+COPY = "x8"                  # the contender that multiplies the weights' 8-row copy
 
 
 class Noisy(RuntimeError):
@@ -66,6 +72,7 @@ class Shape:
     n_cols: int
     count: int
     weights: np.ndarray = field(repr=False)   # uint8 blocks of one such tensor, as in the file
+    copied: bool = True   # the model may copy it (model.prefill_copies: all but the output)
 
     @property
     def key(self):
@@ -74,6 +81,14 @@ class Shape:
     @property
     def n_tokens(self):
         return 1 if self.phase == "decode" else PREFILL_TOKENS
+
+    @property
+    def copy_layout(self):
+        """The layout of this shape's copy where this phase may take one, else None."""
+        layout = x8.copy_layout(self.qtype, self.n_rows) if self.copied else None
+        if layout is None or (self.qtype, self.phase) not in x8.LAYOUT_DEFAULTS or layout not in x8.KERNELS:
+            return None
+        return layout if self.n_tokens >= x8.min_tokens(layout) else None
 
 
 def model_shapes(gguf_file):
@@ -94,7 +109,8 @@ def model_shapes(gguf_file):
             if key in found:
                 found[key].count += 1
             else:
-                found[key] = Shape(info.qtype, phase, n_rows, n_cols, 1, gguf_file.tensor_bytes(name))
+                found[key] = Shape(info.qtype, phase, n_rows, n_cols, 1, gguf_file.tensor_bytes(name),
+                                   copied=not is_output)
     return sorted(found.values(), key=lambda s: (type_name(s.qtype), s.phase, s.n_rows, s.n_cols))
 
 
@@ -162,6 +178,29 @@ def gate(qtype, names, weights, n_cols, build=M.build_kernel):
     return verdicts
 
 
+def gate_copy(shape, kernel=None):
+    """None if the kernel of `shape`'s copy (kernel: another, for tests) multiplies the copy of
+    the real weights' first rows bit for bit as matmul_ref does their file blocks, at a batch
+    the phase gives it (one token, or an odd batch the copy serves), or if there is no copy to
+    multiply; else why not."""
+    layout = shape.copy_layout
+    rb = row_bytes(shape.qtype, shape.n_cols)
+    n_rows = min(GATE_ROWS + x8.GROUP - 1, shape.weights.size // rb) // x8.GROUP * x8.GROUP
+    w = np.ascontiguousarray(shape.weights[:n_rows * rb])
+    copy = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols)
+    if copy is None:
+        return None    # the layout declines these weights (a Q8_0 quant of -128 without VNNI),
+                       # as the model's load will: nothing runs, and nothing races (_race_args)
+    n_tokens = 1 if shape.phase == "decode" else max(GATE_TOKENS, x8.min_tokens(layout) + 1)
+    bufs = _activations(n_tokens, shape.n_cols, shape.qtype, seed=n_tokens)
+    ref = np.empty((n_tokens, n_rows), np.float32)
+    M.matmul_ref(shape.qtype, w, n_rows, shape.n_cols, *bufs, n_tokens, ref)
+    got = np.full((n_tokens, n_rows), np.nan, np.float32)
+    (kernel or x8.KERNELS[layout])(copy, n_rows, shape.n_cols, *bufs, n_tokens, got)
+    bad = _disagreements(got, ref, None)
+    return f"{bad} of {got.size} outputs at T={n_tokens} differ from the reference (bit-exact required)" if bad else None
+
+
 def _float_bound(qtype, w, n_rows, n_cols, bufs):
     """None for the integer formats (exact); per output the float32 fold bound otherwise."""
     if qtype not in (F32, F16, BF16):
@@ -180,16 +219,23 @@ def _disagreements(got, ref, bound):
 
 # --- 3. races -----------------------------------------------------------------------------------
 
-def _race_args(shape):
-    """The calls a race times on `shape`: one (w, n_rows, n_cols, xq, xd, xa, xf, n_tokens,
-    out) for prefill; for decode a list of them over copies of the weight, taken in turn, so
-    each call reads its weight from memory (in a model a token reads every weight once: a
-    decode race on a cache-hot weight ranked tiles that lose in generation)."""
+def _race_args(shape, copy=False):
+    """The calls a race times on `shape` (copy: on its 8-row copy; None where the layout
+    declines the weights): one (w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out) for
+    prefill; for decode a list of them over copies of the weight, taken in turn, so each call
+    reads its weight from memory (in a model a token reads every weight once: a decode race on
+    a cache-hot weight ranked tiles that lose in generation)."""
     rb = row_bytes(shape.qtype, shape.n_cols)
     n_rows = shape.n_rows
     if shape.phase == "prefill":   # per row tile the work is alike: a slice ranks like the whole
         n_rows = min(n_rows, max(64, PREFILL_MACS // (shape.n_cols * shape.n_tokens)))
+        if n_rows < shape.n_rows:
+            n_rows -= n_rows % x8.GROUP    # whole groups, for the copy and the file alike
     w = shape.weights[:n_rows * rb]
+    if copy:
+        w = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols)
+        if w is None:
+            return None
     bufs = _activations(shape.n_tokens, shape.n_cols, shape.qtype, seed=0)
     out = np.empty((shape.n_tokens, n_rows), np.float32)
     if shape.phase == "prefill":
@@ -212,19 +258,25 @@ def _sample(kernel, args, reps):
     return (time.perf_counter() - t0) / reps
 
 
+def _args_of(args, name):
+    """A race's arguments for variant `name`: args is one set for all, or {name: set}."""
+    return args[name] if isinstance(args, dict) else args
+
+
 def _reps(kernels, args):
     """Calls per sample: about SAMPLE_S of the fastest variant (after a warm-up call each)."""
     first = {}
     for name, kernel in kernels.items():
-        _sample(kernel, args, 1)   # compiled and warm before any clock starts
-        first[name] = _sample(kernel, args, 1)
+        _sample(kernel, _args_of(args, name), 1)   # compiled and warm before any clock starts
+        first[name] = _sample(kernel, _args_of(args, name), 1)
     return max(1, int(SAMPLE_S / min(first.values()))), first
 
 
 def race(kernels, args, budget_s, min_rounds=MIN_ROUNDS):
     """{name: median seconds per call}: interleaved rounds, in rotated order, until the budget
     is spent. A variant over DROP_AFTER x the leader's median leaves after MIN_ROUNDS (after
-    its first call if it is over FAR_BEHIND x the fastest first call)."""
+    its first call if it is over FAR_BEHIND x the fastest first call). args: the calls of
+    _race_args, shared, or {name: calls} where variants multiply different layouts."""
     reps, first = _reps(kernels, args)
     best_first = min(first.values())
     samples = {name: [t] for name, t in first.items()}
@@ -234,7 +286,7 @@ def race(kernels, args, budget_s, min_rounds=MIN_ROUNDS):
     while len(alive) > 1 and (rounds < min_rounds or time.perf_counter() - start < budget_s):
         shift = rounds % len(alive)
         for name in alive[shift:] + alive[:shift]:
-            samples[name].append(_sample(kernels[name], args, reps))
+            samples[name].append(_sample(kernels[name], _args_of(args, name), reps))
         rounds += 1
         if rounds >= min_rounds:
             lead = min(float(np.median(samples[n])) for n in alive)
@@ -246,25 +298,37 @@ def duel(qtype, challenger, incumbent, shapes, budget_s, build):
     """Paired rounds of challenger against incumbent over `shapes` (one sample of each per
     shape per round, order alternating, weighted by tensor count): True when the challenger
     is faster in so many rounds that chance explains it with p < DUEL_P (a sign test) and by
-    REPLACE_MARGIN in the median round. Returns (won, p value, median round time ratio)."""
-    pair = {n: build(qtype, n) for n in (challenger, incumbent)}
-    cases = [(s.count, _race_args(s)) for s in shapes]
-    reps = [_reps(pair, args)[0] for _, args in cases]
+    REPLACE_MARGIN in the median round. Either may be COPY, the kernel of the shapes' copies.
+    Returns (won, p value, median round time ratio)."""
+    cases = [(s.count,) + _contenders(qtype, (challenger, incumbent), s, build) for s in shapes]
+    reps = [_reps(pair, args)[0] for _, pair, args in cases]
     wins, ratios = 0, []
     start = time.perf_counter()
     n_rounds = 0
     while n_rounds < MIN_DUEL_ROUNDS or (time.perf_counter() - start < budget_s and n_rounds < MAX_DUEL_ROUNDS):
         order = (challenger, incumbent) if n_rounds % 2 == 0 else (incumbent, challenger)
-        total = dict.fromkeys(pair, 0.0)
-        for (count, args), r in zip(cases, reps):
+        total = dict.fromkeys((challenger, incumbent), 0.0)
+        for (count, pair, args), r in zip(cases, reps):
             for name in order:
-                total[name] += count * _sample(pair[name], args, r)
+                total[name] += count * _sample(pair[name], args[name], r)
         wins += total[challenger] < total[incumbent]
         ratios.append(total[challenger] / total[incumbent])
         n_rounds += 1
     p_value = sum(math.comb(n_rounds, k) for k in range(wins, n_rounds + 1)) / 2 ** n_rounds
     ratio = float(np.median(ratios))
     return p_value < DUEL_P and ratio < 1 - REPLACE_MARGIN, p_value, ratio
+
+
+def _contenders(qtype, names, shape, build):
+    """({name: kernel}, {name: race calls}) on `shape` for file variants and COPY."""
+    kernels, args, file_args = {}, {}, None
+    for name in names:
+        if name == COPY:
+            kernels[name], args[name] = x8.KERNELS[shape.copy_layout], _race_args(shape, copy=True)
+        else:
+            file_args = file_args or _race_args(shape)
+            kernels[name], args[name] = build(qtype, name), file_args
+    return kernels, args
 
 
 # --- 4. the whole tune --------------------------------------------------------------------------
@@ -324,6 +388,7 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
         raise Noisy(f"the machine is too busy to rank kernels: {reason}. Stop other work and "
                     "tune again, or pass --force to tune anyway")
     incumbents, _ = sidecar.resolve(variants, pin_text="", doc=doc or {})
+    layouts, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, pin_text="", doc=doc or {})
     share = budget_s / (2 * len(shapes))   # half for the races, half for the duels
     rejected, medians = {}, {}
     for qtype in dict.fromkeys(s.qtype for s in shapes):
@@ -331,19 +396,35 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
         names = [n for n, _ in variants[qtype]]
         on_step(f"gate {type_name(qtype)} ({len(names)} variants)")
         verdicts = gate(qtype, names, group[0].weights, group[0].n_cols, build)
-        rejected.update({(type_name(qtype), n): why for n, why in verdicts.items() if why})
+        for phase in PHASES:      # the copy's kernel, where this phase may take one
+            copied = [s for s in group if s.phase == phase and s.copy_layout is not None]
+            if copied:
+                why = gate_copy(copied[0])
+                verdicts[COPY, phase] = why
+                if why:
+                    rejected[type_name(qtype), f"{COPY} ({phase})"] = why
+        rejected.update({(type_name(qtype), n): why for n, why in verdicts.items() if why and n in names})
         kernels = {n: build(qtype, n) for n in names if not verdicts[n]}
         params = dict(variants[qtype])
         for s in group:
             on_step(f"race {type_name(qtype)} {s.phase} {s.n_rows}x{s.n_cols}")
-            medians[s.key] = race(_distinct(kernels, params, s.phase), _race_args(s), share)
+            racing, args = _distinct(kernels, params, s.phase), _race_args(s)
+            copy_args = _race_args(s, copy=True) if verdicts.get((COPY, s.phase), "") is None \
+                and s.copy_layout is not None else None
+            if copy_args is not None:
+                racing = {**racing, COPY: x8.KERNELS[s.copy_layout]}
+                args = {**dict.fromkeys(racing, args), COPY: copy_args}
+            medians[s.key] = race(racing, args, share)
     winners, notes = {}, []
     for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
         group = [s for s in shapes if s.qtype == qtype and s.phase == phase]
         chosen = _decide(qtype, phase, group, medians, incumbents[qtype, phase].variant, share, build,
                          on_step, notes)
+        if (qtype, phase) in layouts:
+            chosen.update(_decide_layout(qtype, phase, group, medians, chosen, layouts[qtype, phase].variant,
+                                         share, build, on_step, notes))
         winners.setdefault(type_name(qtype), {}).update(chosen)
-    outcomes = _summaries(shapes, medians, variants, winners, incumbents)
+    outcomes = _summaries(shapes, medians, variants, winners, incumbents, layouts)
     doc = _merged(doc, here, shapes, medians, winners, noise, force, threads, model)
     doc["provenance"]["seconds"] = round(time.perf_counter() - t_start, 1)
     path = sidecar.write(doc)
@@ -364,8 +445,9 @@ def _distinct(kernels, params, phase):
 
 
 def _totals(group, medians):
-    """variant -> seconds summed over the tensors of the group (variants timed on every shape)."""
-    common = set.intersection(*(set(medians[s.key]) for s in group))
+    """file variant -> seconds summed over the tensors of the group (variants timed on every
+    shape; COPY is a layout, decided apart)."""
+    common = set.intersection(*(set(medians[s.key]) for s in group)) - {COPY}
     return {v: sum(s.count * medians[s.key][v] for s in group) for v in common}
 
 
@@ -381,12 +463,42 @@ def _decide(qtype, phase, group, medians, incumbent, share, build, on_step, note
                             f"{type_name(qtype)} {phase}")
     chosen = {phase: winner}
     for s in group:
-        own = min(medians[s.key], key=medians[s.key].get)
+        own = min((v for v in medians[s.key] if v != COPY), key=medians[s.key].get)
         if own != winner and medians[s.key][own] < (1 - SHAPE_GAIN) * medians[s.key].get(winner, math.inf):
             where = f"{type_name(qtype)} {sidecar.shape_key(phase, s.n_rows, s.n_cols)}"
             if _challenge(qtype, own, winner, [s], share, build, on_step, notes, where) == own:
                 chosen[sidecar.shape_key(phase, s.n_rows, s.n_cols)] = own
     return chosen
+
+
+def _file_winner(chosen, shape):
+    """The file variant `chosen` ({phase or shape key: variant}) runs on `shape`."""
+    return chosen.get(sidecar.shape_key(shape.phase, shape.n_rows, shape.n_cols), chosen[shape.phase])
+
+
+def _layout_times(group, medians, chosen):
+    """(copied shapes, {layout: seconds summed over their tensors}): the copy's kernel
+    against the file variant each shape runs."""
+    copied = [s for s in group if COPY in medians[s.key] and _file_winner(chosen, s) in medians[s.key]]
+    return copied, {COPY: sum(s.count * medians[s.key][COPY] for s in copied),
+                    "file": sum(s.count * medians[s.key][_file_winner(chosen, s)] for s in copied)}
+
+
+def _decide_layout(qtype, phase, group, medians, chosen, incumbent, share, build, on_step, notes):
+    """{layout_key(phase): "x8" or "file"}, or {} where no tensor's copy raced: the faster in
+    sum over the copied tensors; a change from what is in force must win a duel of the copy's
+    kernel against the file's winner."""
+    copied, times = _layout_times(group, medians, chosen)
+    if not copied:
+        return {}
+    best = min(times, key=times.get)
+    if best != incumbent:
+        file_variant = chosen[phase]
+        pair = (COPY, file_variant) if best == COPY else (file_variant, COPY)
+        where = f"{type_name(qtype)} {layout_key(phase)}"
+        if _challenge(qtype, *pair, copied, share * len(copied), build, on_step, notes, where) != pair[0]:
+            best = incumbent
+    return {layout_key(phase): best}
 
 
 def _challenge(qtype, challenger, incumbent, group, budget_s, build, on_step, notes, where):
@@ -399,8 +511,9 @@ def _challenge(qtype, challenger, incumbent, group, budget_s, build, on_step, no
     return incumbent
 
 
-def _summaries(shapes, medians, variants, winners, incumbents=None):
-    """One Outcome per (type, phase) in `shapes`, timed by `medians`, for what `winners` chose."""
+def _summaries(shapes, medians, variants, winners, incumbents=None, layouts=None):
+    """One Outcome per (type, phase) in `shapes`, timed by `medians`, for what `winners` chose;
+    then one per (type, phase) whose copies raced, for the layout."""
     outcomes = []
     for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
         group = [s for s in shapes if s.qtype == qtype and s.phase == phase]
@@ -415,7 +528,20 @@ def _summaries(shapes, medians, variants, winners, incumbents=None):
             winner, {k[2:]: v for k, v in per_shape.items() if v != winner},
             sum(s.count * medians[s.key][default] for s in group),
             sum(s.count * medians[s.key][per_shape[s.key]] for s in group)))
+        outcomes += _layout_summary(qtype, phase, group, medians, {phase: winner, **chosen}, layouts)
     return outcomes
+
+
+def _layout_summary(qtype, phase, group, medians, chosen, layouts):
+    """[Outcome] of the layout of (qtype, phase), or [] where no copy raced."""
+    key = layout_key(phase)
+    default = x8.LAYOUT_DEFAULTS.get((qtype, phase))
+    copied, times = _layout_times(group, medians, chosen)
+    if default is None or not copied:
+        return []
+    winner = chosen.get(key, default)
+    incumbent = layouts[qtype, phase].variant if layouts else winner
+    return [Outcome(qtype, key, len(copied), default, incumbent, winner, {}, times[default], times[winner])]
 
 
 def _recorded(doc, shapes):

@@ -1,8 +1,8 @@
 """Weights repacked in groups of 8 rows for prefill: 8 rows a vector, the token broadcast.
 
-Four layouts, each a copy model.prefill_copies makes at load (decode keeps the file's
-blocks, but for Q8_0 and Q4_0 weights: copy_tokens): Q8_0_X8 (of Q8_0 and Q5_0 weights), Q4_0_X8,
-Q4_K_X8 and Q6_K_X8, each with its tile and kernel below. The Q8_0 case first, which shows
+Four layouts, each a copy model.prefill_copies makes at load (make_copy): Q8_0_X8 (of Q8_0
+and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its tile and kernel below. Which
+phases multiply through a copy is a layout choice (LAYOUT_DEFAULTS, the tuner's, a pin). The Q8_0 case first, which shows
 the idea.
 
 The register tiles of simd.py hold one (row, token) pair per accumulator, ggml's 8 int32 lanes
@@ -43,29 +43,62 @@ from numba.extending import intrinsic
 
 from .dots import TILED_MIN_TOKENS, gemm_tokens
 from .ir import I8, I32, I64, V8F32, V8I32, V16I16, V32I8, Gen, i64_call, keep_alive
-from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
-                     f16_at, q_q4_0, q_q6_k, row_bytes, scale_min_k4)
+from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q5_0, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
+                     f16_at, q5_0_as_q8_0, q_q4_0, q_q6_k, row_bytes, scale_min_k4)
 from .simd import HAS_VNNI
 
 GROUP = 8
 _ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
 
 
-@njit(**JIT, inline="always")
-def copy_tokens(layout, source, n_tokens):
-    """Whether a batch of n_tokens may take a copy in `layout` of weights in format `source`:
-    Q6_K_X8 spells only llama.cpp's tiled fold, which batches of fewer than TILED_MIN_TOKENS
-    do not take; Q8_0_X8 of Q8_0 weights serves decode too (its per-lane fold is the gemv's,
-    and it streams the copy's 36 bytes a block faster than the gemv does the file's 34: 14-17
-    against 16-21 GB/s on gemma3's layers), and so does Q4_0_X8 (the repacked gemv's fold,
-    20 bytes a block against 18, 1.7-2.2x the file's gemv); the others serve batches (Q5_0's
-    copy has 36/22 of its bytes, and the K-quant copies fold a single token as the gemv does
-    not)."""
+def min_tokens(layout):
+    """The smallest batch that a copy in `layout` multiplies bit for bit as the file's kernels
+    do: Q6_K_X8 spells only llama.cpp's tiled fold, which batches of fewer than
+    TILED_MIN_TOKENS do not take; the K-quant copies fold a single token as the gemv does not;
+    Q8_0_X8 (of Q8_0 or Q5_0 weights) and Q4_0_X8 fold one token as the gemv does; the plain
+    Q8_0 copy of Q5_0 rows that do not group serves batches."""
     if layout == Q6_K_X8:
-        return n_tokens >= TILED_MIN_TOKENS
-    if (layout == Q8_0_X8 and source == Q8_0) or layout == Q4_0_X8:
-        return n_tokens >= 1
-    return n_tokens > 1
+        return TILED_MIN_TOKENS
+    if layout == Q8_0_X8 or layout == Q4_0_X8:
+        return 1
+    return 2
+
+
+# (format, phase) -> its default layout, for the pairs a copy can serve (the tuner races the
+# others: sidecar.resolve_layouts). Batches take the copies. Decode takes Q8_0's (it streams
+# the copy's 36 bytes a block faster than the gemv does the file's 34: 14-17 against 16-21 GB/s
+# on gemma3's layers) and Q4_0's (20 bytes a block against 18, 1.7-2.2x the file's gemv), not
+# Q5_0's, which has 36/22 of its bytes.
+LAYOUT_DEFAULTS = {(Q8_0, "decode"): "x8", (Q4_0, "decode"): "x8", (Q5_0, "decode"): "file",
+                   **{(q, "prefill"): "x8" for q in (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K)}}
+
+
+def copy_layout(qtype, n_rows):
+    """The layout of the copy of an (n_rows, n) matrix in `qtype`, or None: Q5_0 goes through
+    Q8_0 (the same f16 scale, quants - 16), as plain Q8_0 where its rows do not group."""
+    source = Q8_0 if qtype == Q5_0 else qtype
+    if source not in LAYOUTS:
+        return None
+    if n_rows % GROUP:
+        return Q8_0 if qtype == Q5_0 else None
+    return LAYOUTS[source][0]
+
+
+def make_copy(qtype, blocks, n_rows, n_cols, out=None):
+    """The copy of a matrix in `qtype` (into `out` if given, of rows * row_bytes(layout)), or
+    None where it has none: a layout that declines it (copy_layout, or a Q8_0 quant of -128
+    without VNNI)."""
+    layout = copy_layout(qtype, n_rows)
+    if layout is None:
+        return None
+    if qtype == Q5_0:
+        blocks = q5_0_as_q8_0(blocks)
+    if layout == Q8_0:
+        if out is None:
+            return np.array(blocks, np.uint8).reshape(-1)
+        out[:] = blocks
+        return out
+    return LAYOUTS[Q8_0 if qtype == Q5_0 else qtype][1](blocks, n_rows, n_cols, out=out)
 
 
 # --- the template: repack, tile, kernel ------------------------------------------------------
@@ -511,3 +544,5 @@ kernel_q6_k = _kernel(Q6_K_X8, 256, AUX_BSUMS16,
 # through its Q8_0 copy (quants.q5_0_as_q8_0).
 LAYOUTS = {Q8_0: (Q8_0_X8, repack), Q4_0: (Q4_0_X8, repack_q4_0), Q4_K: (Q4_K_X8, repack_q4_k),
            Q6_K: (Q6_K_X8, repack_q6_k)}
+# layout -> the kernel that multiplies a copy in it (matmul's dispatch, the tuner's races)
+KERNELS = {Q8_0_X8: kernel, Q4_0_X8: kernel_q4_0, Q4_K_X8: kernel_q4_k, Q6_K_X8: kernel_q6_k}

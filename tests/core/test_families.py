@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dasllama.core import Model, load
-from dasllama.kernels.quants import Q4_0_X8, Q4_K_X8, Q6_K_X8, Q8_0_X8
+from dasllama.core.model import BATCH_MAX, prefill_copies
+from dasllama.kernels.quants import Q4_0_X8, Q4_K_X8, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8
 from dasllama.kernels.cpu import probe
 from tests.gguf_factory import ARCHES
 from tests.parity import compare_greedy
@@ -53,6 +54,24 @@ def test_prefill_copies_change_no_logit(tiny_model, qtype, layout):
     np.testing.assert_array_equal(with_copy.eval([7]), without.eval([7]))
     np.testing.assert_array_equal(with_copy.eval([8, 9, 10], all_logits=True),
                                   without.eval([8, 9, 10], all_logits=True))
+
+
+def test_the_layouts_say_which_batches_take_a_copy(tiny_model):
+    # decode and prefill each take the copy or the file's blocks as the layouts say; a copy no
+    # phase takes is not made; Q6_K's copy serves batches of 8 and more only
+    model = Model(tiny_model("llama", "Q8_0"), n_ctx=64, n_threads=2)
+
+    def served(decode, prefill, qtype=Q8_0, m=model):
+        _, ptab = prefill_copies(m.gguf.data, m.tables.wtab, layouts={(qtype, "decode"): decode,
+                                                                      (qtype, "prefill"): prefill})
+        return {tuple(int(v) for v in row[4:]) for row in ptab.reshape(-1, ptab.shape[-1]) if row[1] >= 0}
+
+    assert served("x8", "x8") == {(1, BATCH_MAX)}
+    assert served("file", "x8") == {(2, BATCH_MAX)}
+    assert served("x8", "file") == {(1, 1)}
+    assert served("file", "file") == set()
+    q6 = Model(tiny_model("llama", "Q6_K"), n_ctx=64, n_threads=2)
+    assert served("x8", "x8", Q6_K, q6) == {(8, BATCH_MAX)}
 
 
 _LAUNCH = ("import numba, numpy as np\n"

@@ -260,11 +260,12 @@ def test_x8_copies_of_repacked_folds_multiply_bit_for_bit_alike(source, repack, 
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-def test_which_batches_take_a_copy():
-    assert x8.copy_tokens(Q.Q6_K_X8, Q.Q6_K, 8) and not x8.copy_tokens(Q.Q6_K_X8, Q.Q6_K, 7)
-    assert x8.copy_tokens(Q.Q4_K_X8, Q.Q4_K, 2) and not x8.copy_tokens(Q.Q4_K_X8, Q.Q4_K, 1)
-    assert x8.copy_tokens(Q.Q8_0_X8, Q.Q8_0, 1) and not x8.copy_tokens(Q.Q8_0_X8, Q.Q5_0, 1)
-    assert x8.copy_tokens(Q.Q4_0_X8, Q.Q4_0, 1)
+def test_which_batches_a_copy_folds_as_the_file_does():
+    assert x8.min_tokens(Q.Q6_K_X8) == 8 and x8.min_tokens(Q.Q4_K_X8) == 2
+    assert x8.min_tokens(Q.Q8_0_X8) == x8.min_tokens(Q.Q4_0_X8) == 1
+    assert x8.min_tokens(Q.Q8_0) == 2            # the plain Q8_0 copy of Q5_0 rows that do not group
+    assert x8.copy_layout(Q.Q5_0, 16) == Q.Q8_0_X8 and x8.copy_layout(Q.Q5_0, 12) == Q.Q8_0
+    assert x8.copy_layout(Q.Q4_K, 12) is None and x8.copy_layout(Q.Q4_1, 16) is None
 
 
 def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():

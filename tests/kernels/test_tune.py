@@ -15,10 +15,11 @@ import pytest
 from gguf.constants import GGMLQuantizationType
 
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import cpu, sidecar
+from dasllama.kernels import cpu, sidecar, x8
 from dasllama.kernels import matmul as M
 from dasllama.kernels import tune as T
-from dasllama.kernels.quants import F32, Q4_K, Q8_0
+from dasllama.kernels.quants import F32, Q4_0, Q4_K, Q6_K, Q8_0
+from dasllama.kernels.sidecar import PHASES
 
 from .blocks import random_weights
 
@@ -87,6 +88,43 @@ def test_tune_never_races_a_rejected_variant(tmp_path):
     assert [o.winner for o in report.outcomes] == [variants[Q8_0][0][0]]
     doc = json.loads(sidecar.sidecar_path().read_text())
     assert "one_ulp_off" not in doc["shapes"][0]["ms"]
+
+
+def _nudged_copy(layout):
+    """The copy's kernel with its first output one ulp off."""
+    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+        x8.KERNELS[layout](w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        out[0, 0] = np.nextafter(out[0, 0], np.float32(np.inf))
+    return kernel
+
+
+@pytest.mark.parametrize("qtype, phase", [(Q4_0, "decode"), (Q4_0, "prefill"), (Q6_K, "prefill")])
+def test_the_gate_passes_the_copy_and_rejects_a_copy_kernel_one_ulp_off(qtype, phase):
+    shape = T.Shape(qtype, phase, 64, 256, 1, random_weights(qtype, 64, 256, seed=4))
+    assert T.gate_copy(shape) is None
+    why = T.gate_copy(shape, kernel=_nudged_copy(shape.copy_layout))
+    assert "1 of" in why and "bit-exact" in why
+
+
+def test_the_output_matrix_and_k_quant_decode_race_no_copy():
+    w = random_weights(Q4_0, 64, 256, seed=4)
+    assert T.Shape(Q4_0, "decode", 64, 256, 1, w, copied=False).copy_layout is None
+    assert T.Shape(Q4_0, "decode", 64, 256, 1, w).copy_layout == x8.LAYOUTS[Q4_0][0]
+    assert T.Shape(Q6_K, "decode", 64, 256, 1, random_weights(Q6_K, 64, 256)).copy_layout is None
+
+
+def test_tune_races_the_copy_and_keeps_a_layout_per_type_and_phase():
+    shapes = [T.Shape(Q4_0, phase, 64, 256, 2, random_weights(Q4_0, 64, 256, seed=6)) for phase in PHASES]
+    report = T.tune(shapes, budget_s=0.1, force=True, variants={Q4_0: M.VARIANTS[Q4_0][:2]})
+    layouts = {o.phase: o for o in report.outcomes if o.phase.endswith(" layout")}
+    assert set(layouts) == {"decode layout", "prefill layout"}
+    assert all(o.winner in sidecar.LAYOUT_NAMES and o.chosen_s > 0 for o in layouts.values())
+    doc = json.loads(sidecar.sidecar_path().read_text())
+    assert {e["key"][1]: "x8" in e["ms"] for e in doc["shapes"]} == {"decode": True, "prefill": True}
+    in_force, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, pin_text="")
+    for phase in PHASES:
+        assert doc["winners"]["Q4_0"][f"{phase} layout"] == layouts[f"{phase} layout"].winner
+        assert in_force[Q4_0, phase] == sidecar.Choice(layouts[f"{phase} layout"].winner, "sidecar")
 
 
 # --- races and duels ----------------------------------------------------------------------------
@@ -237,6 +275,28 @@ def test_shape_winners_come_with_the_layer_that_chose_the_phase(profile):
     assert (Q8_0, "decode", 64, 256) not in choices     # the pin decides decode, for every shape
 
 
+def test_layouts_follow_the_same_precedence_and_name_what_they_skip(profile, tmp_path):
+    (tmp_path / "profiles" / "x86-avx2.json").write_text(json.dumps(
+        {"winners": {"Q4_0": {"decode layout": "file"}, "Q4_K": {"prefill layout": "sideways"}}}))
+    doc = {"winners": {"Q8_0": {"prefill layout": "file", "decode layout": "file"}}}
+    choices, notes = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, pin_text="Q8_0:decode=x8", doc=doc,
+                                             features=AVX2)
+    assert choices[Q8_0, "decode"] == sidecar.Choice("x8", "pin")
+    assert choices[Q8_0, "prefill"] == sidecar.Choice("file", "sidecar")
+    assert choices[Q4_0, "decode"] == sidecar.Choice("file", "profile x86-avx2")
+    assert choices[Q4_K, "prefill"] == sidecar.Choice("x8", "default")
+    assert len(notes) == 1 and "'sideways' is not one of x8, file" in notes[0]
+    # a layout pin is no kernel variant: the variants' resolution does not see it
+    kernel_choices, kernel_notes = sidecar.resolve(VARIANTS, pin_text="Q8_0:decode=x8", doc={}, features=AVX2)
+    assert kernel_choices[Q8_0, "decode"].source != "pin" and kernel_notes == []
+
+
+def test_a_layout_choice_compiles_nothing(monkeypatch, profile):
+    monkeypatch.setattr(cpu, "probe", lambda: cpu.CpuInfo("test", frozenset({"sse2"}), "x86_64"))
+    monkeypatch.setenv(sidecar.PIN_ENV, "Q8_0=file,Q4_K:prefill=file")
+    assert sidecar.selection_tag() == ""
+
+
 @pytest.mark.parametrize("text, problem", [
     ("Q9_0=a", "no weight type 'Q9_0'"),
     ("Q8_0", "is not TYPE=VARIANT"),
@@ -261,9 +321,11 @@ def test_the_shipped_profiles_for_this_cpu_name_variants_it_offers():
     for cpu_class in cpu.classes_of(cpu.probe().features):
         path = sidecar.PROFILES / f"{cpu_class}.json"
         if path.exists():
-            for tname, by_phase in json.loads(path.read_text())["winners"].items():
+            for tname, by_key in json.loads(path.read_text())["winners"].items():
                 offered = {n for n, _ in M.VARIANTS[int(GGMLQuantizationType[tname])]}
-                assert set(by_phase.values()) <= offered, (path.name, tname)
+                layouts = {k: v for k, v in by_key.items() if k.endswith(" layout")}
+                assert {v for k, v in by_key.items() if k not in layouts} <= offered, (path.name, tname)
+                assert set(layouts.values()) <= set(sidecar.LAYOUT_NAMES), (path.name, tname)
 
 
 # --- the dispatcher by phase and shape ----------------------------------------------------------
@@ -303,7 +365,8 @@ for _ in range(6):
     h.update(logits.tobytes())
     ids.append(int(np.argmax(logits)))
     logits = model.eval(ids[-1:])
-print(",".join(map(str, ids)), h.hexdigest(), ACTIVE[Q8_0, "decode"], ACTIVE[Q8_0, "prefill"])
+print(",".join(map(str, ids)), h.hexdigest(), ACTIVE[Q8_0, "decode"], ACTIVE[Q8_0, "prefill"],
+      int((model.ptab[..., 1] >= 0).sum()))
 """
 
 
@@ -320,7 +383,8 @@ def test_greedy_tokens_and_logits_are_the_same_bits_with_other_winners(tiny_mode
     chosen = {c.variant for c in sidecar.resolve({Q8_0: M.VARIANTS[Q8_0]})[0].values()}
     others = [n for n, _ in M.VARIANTS[Q8_0] if n not in chosen]
     simd_other = next(n for n in others if n.startswith("simd"))
-    pin = f"Q8_0:decode=ref,Q8_0:prefill={simd_other}"   # the plain loops, and another tile
+    # the plain loops and another tile, on the file's blocks where the defaults take the copy
+    pin = f"Q8_0:decode=ref,Q8_0:prefill={simd_other},Q8_0=file"
     pinned = _greedy(path, {**os.environ, sidecar.PIN_ENV: pin})
-    assert pinned[2:] == ["ref", simd_other] and in_force[2:] != pinned[2:]
+    assert pinned[2:] == ["ref", simd_other, "0"] and in_force[2:4] != pinned[2:4] and in_force[4] != "0"
     assert pinned[:2] == in_force[:2]
