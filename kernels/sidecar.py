@@ -233,21 +233,29 @@ def resolve(variants, pin_text=None, doc=None, features=None):
         tname = type_name(qtype)
         for phase in PHASES:
             choices[qtype, phase] = Choice(offered[0][0], "default")
-            for source, table in layers:
-                wanted = table.get((tname, phase))
-                if wanted is None:
-                    continue
-                if wanted not in names:
-                    notes.append(f"{source}: {tname} {phase} variant {wanted!r} is not offered here "
-                                 f"(have {', '.join(sorted(names))})")
-                    continue
-                choices[qtype, phase] = Choice(wanted, source)
+            picked = _pick(layers, (tname, phase), names, notes, f"{tname} {phase} variant",
+                           f"is not offered here (have {', '.join(sorted(names))})")
+            if picked:
+                source, table = picked
+                choices[qtype, phase] = Choice(table[tname, phase], source)
                 for (t, key), variant in table.items():
                     shape = _parse_shape(key)
                     if t == tname and shape and shape[0] == phase and variant in names:
                         choices[(qtype, *shape)] = Choice(variant, source)
-                break
     return choices, notes
+
+
+def _pick(layers, key, accepted, notes, what, why_not):
+    """(source, table) of the first layer whose table names an accepted value at `key`; each
+    layer before it that names another is noted ("<source>: <what> 'v' <why_not>")."""
+    for source, table in layers:
+        wanted = table.get(key)
+        if wanted is None:
+            continue
+        if wanted in accepted:
+            return source, table
+        notes.append(f"{source}: {what} {wanted!r} {why_not}")
+    return None
 
 
 def resolve_layouts(offered, pin_text=None, doc=None, features=None):
@@ -257,17 +265,10 @@ def resolve_layouts(offered, pin_text=None, doc=None, features=None):
     layers, notes = _layers(pin_text, doc, features)
     choices = {}
     for (qtype, phase), default in offered.items():
-        choices[qtype, phase] = Choice(default, "default")
-        for source, table in layers:
-            wanted = table.get((type_name(qtype), layout_key(phase)))
-            if wanted is None:
-                continue
-            if wanted not in LAYOUT_NAMES:
-                notes.append(f"{source}: {type_name(qtype)} {phase} layout {wanted!r} is not one of "
-                             f"{', '.join(LAYOUT_NAMES)}")
-                continue
-            choices[qtype, phase] = Choice(wanted, source)
-            break
+        key = (type_name(qtype), layout_key(phase))
+        picked = _pick(layers, key, LAYOUT_NAMES, notes, f"{key[0]} {phase} layout",
+                       f"is not one of {', '.join(LAYOUT_NAMES)}")
+        choices[qtype, phase] = Choice(picked[1][key], picked[0]) if picked else Choice(default, "default")
     return choices, notes
 
 

@@ -36,7 +36,8 @@ def test_tune_writes_the_sidecar_and_prints_the_winners(q8_model):
     assert all(row.split()[-1].endswith("x") for row in rows)
     assert "tune: wrote" in r.stderr and "noise" in r.stderr
     doc = json.loads(sidecar.sidecar_path().read_text())
-    assert set(doc["winners"]["Q8_0"]) >= {"decode", "prefill"}
+    assert set(doc["winners"]["Q8_0"]) >= {"decode", "prefill", "decode layout", "prefill layout"}
+    assert {tuple(row.split()[1:3]) for row in rows} >= {("decode", "layout"), ("prefill", "layout")}
     assert doc["provenance"]["forced"] and doc["provenance"]["seconds"] > 0
 
     again = run("-m", q8_model)
@@ -53,12 +54,21 @@ def test_a_busy_machine_is_refused_in_one_sentence(q8_model, monkeypatch):
 
 
 def test_show_names_the_source_of_each_choice(monkeypatch):
-    monkeypatch.setenv(sidecar.PIN_ENV, "Q8_0:decode=ref,Q4_0=nonesuch")
+    monkeypatch.setenv(sidecar.PIN_ENV, "Q8_0:decode=ref,Q4_0=nonesuch,Q8_0:prefill=file")
     r = run("--show")
     assert r.exit_code == 0, r.output
-    rows = {tuple(line.split()[:2]): line.split()[2:] for line in r.stdout.splitlines()}
+    # columns: type, phase (one or two words: "decode", "decode layout", "prefill 64x256"),
+    # variant or layout, source (one or two words: "pin", "profile x86-avx2")
+    rows = {}
+    for line in r.stdout.split("\n\n")[0].splitlines()[1:]:    # the table, below its head
+        cells = line.split()
+        two_word_source = cells[-2] == "profile"
+        value_at = -3 if two_word_source else -2
+        rows[cells[0], " ".join(cells[1:value_at])] = cells[value_at:]
     assert rows["Q8_0", "decode"] == ["ref", "pin"]
     assert rows["Q4_0", "decode"][1] in ("default", "profile")
+    assert rows["Q8_0", "prefill layout"] == ["file", "pin"]
+    assert rows["Q8_0", "decode layout"][0] in sidecar.LAYOUT_NAMES
     assert "sidecar: " in r.stdout and ": none" in r.stdout
     assert "'nonesuch' is not offered" in r.stdout
 
