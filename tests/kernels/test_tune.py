@@ -85,7 +85,8 @@ def test_tune_never_races_a_rejected_variant(tmp_path):
     report = T.tune([shape], budget_s=0.05, force=True, variants=variants,
                     build=_with_variant("one_ulp_off", wrong))
     assert set(report.rejected) == {("Q8_0", "one_ulp_off")}
-    assert [o.winner for o in report.outcomes] == [variants[Q8_0][0][0]]
+    # (with VNNI the copy takes these weights' -128 quants, and a decode layout row joins)
+    assert [o.winner for o in report.outcomes if o.phase == "decode"] == [variants[Q8_0][0][0]]
     doc = json.loads(sidecar.sidecar_path().read_text())
     assert "one_ulp_off" not in doc["shapes"][0]["ms"]
 
