@@ -39,7 +39,7 @@ from . import sidecar, simd, x8
 from .quants import BF16, F16, F32, JIT, SUPPORTED, row_bytes
 from .sidecar import PHASES, layout_key, sidecar_path, type_name
 
-__all__ = ["Shape", "Noisy", "model_shapes", "probe_noise", "gate", "race", "duel", "tune", "sidecar_path"]
+__all__ = ["Shape", "Noisy", "model_shapes", "probe_noise", "gate", "gate_copy", "race", "duel", "tune", "sidecar_path"]
 
 PREFILL_TOKENS = 64          # a prefill race multiplies this many tokens (T >= 32 is the prefill tiling)
 PREFILL_MACS = 64 * 2048 * 2048   # larger prefill shapes are raced on their first rows only
