@@ -92,13 +92,13 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None):
     if layout is None:
         return None
     if qtype == Q5_0:
-        blocks = q5_0_as_q8_0(blocks)
+        blocks, qtype = q5_0_as_q8_0(blocks), Q8_0
     if layout == Q8_0:
         if out is None:
             return np.array(blocks, np.uint8).reshape(-1)
         out[:] = blocks
         return out
-    return LAYOUTS[Q8_0 if qtype == Q5_0 else qtype][1](blocks, n_rows, n_cols, out=out)
+    return LAYOUTS[qtype][1](blocks, n_rows, n_cols, out=out)
 
 
 # --- the template: repack, tile, kernel ------------------------------------------------------
