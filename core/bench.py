@@ -226,7 +226,7 @@ READ_PASSES = 5
 def decode_bytes(model):
     """Bytes of weights one decode token reads: every matrix the model multiplies, the output
     one included (the tuner's decode shapes; the embedding gives one row). Decode multiplies
-    the file's own blocks (or Q8_0_X8 / Q4_0_X8 copies within 20/18 of them)."""
+    the file's own blocks (or Q8_0_X* / Q4_0_X* copies within 20/18 of them)."""
     return sum(s.count * s.weights.nbytes for s in model_shapes(model.gguf) if s.phase == "decode")
 
 

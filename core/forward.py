@@ -54,8 +54,8 @@ def _fvec(fbuf, frow):
 @njit(cache=True)
 def _linear(wbuf, wrow, pbuf, prow, x, acts, out, have):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
-    wrow, prow: the weight's wtab row (offset, qtype, rows, cols) and ptab row (the same of
-    its copy, then the batch sizes min..max the copy serves: model.prefill_copies). The copy
+    wrow, prow: the weight's wtab row (offset, qtype, rows, cols) and ptab entries (the same
+    of each copy, then the batch sizes min..max it serves: model.prefill_copies). A copy
     serves the batches it was made for (same result, faster kernel).
     have: the activation kind `acts` already holds for this same x (from the previous
     product on it; -1 when none), which is then not quantised again; returns the kind
@@ -63,8 +63,10 @@ def _linear(wbuf, wrow, pbuf, prow, x, acts, out, have):
     Every call passes the same argument types: a literal slot number or an omitted `have`
     would make numba compile (and link the whole matmul dispatch into) one copy per call."""
     T = x.shape[0]
-    if prow[1] >= 0 and prow[4] <= T <= prow[5]:
-        wrow, wbuf = prow, pbuf
+    for c in range(prow.shape[0]):
+        if prow[c, 1] >= 0 and prow[c, 4] <= T <= prow[c, 5]:
+            wrow, wbuf = prow[c], pbuf
+            break
     off, qtype, rows, cols = wrow[0], wrow[1], wrow[2], wrow[3]
     xq, xd, xa, xf = acts
     kind = act_kind(qtype)
@@ -111,8 +113,8 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
             kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace, n_threads):
     """Run tokens (T,) at positions pos0.. through the model; write logits of the last n_out.
 
-    pbuf, ptab: copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab, each with the
-    batch sizes it serves (layout -1: none; model.prefill_copies);
+    pbuf, ptab: copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab, up to two a
+    weight, each with the batch sizes it serves (layout -1: none; model.prefill_copies);
     kcache, vcache: (n_layer, n_ctx, n_head_kv*head_dim) uint16 f16 bits, filled at pos0..
     scratch: flat f32 buffers (x, xn, q, k, v, att, ao, gate, up, hid); acts: (xq, xd, xa, xf);
     logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty;

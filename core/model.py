@@ -117,58 +117,75 @@ def _ram_bytes():
 
 
 BATCH_MAX = np.iinfo(np.int64).max
-PTAB_COLS = 6      # ptab rows: offset, layout, rows, cols, and the batch sizes it serves, min..max
+PTAB_COLS = 6      # ptab entries: offset, layout, rows, cols, and the batch sizes it serves, min..max
+PTAB_COPIES = 2    # copies a weight may have: one for decode, another for batches
 
 
 def layouts_in_force():
-    """{(qtype, phase): "x8" or "file"}: which phases multiply through the weights' copies (a
-    pin, the tuning sidecar, a shipped profile, else x8.LAYOUT_DEFAULTS)."""
-    return sidecar.layouts_in_force(x8.LAYOUT_DEFAULTS)
+    """{(qtype, phase): "x8", "x16" or "file"}: which phases multiply through which copy of the
+    weights (a pin, the tuning sidecar, a shipped profile, else x8.LAYOUT_DEFAULTS)."""
+    return sidecar.layouts_in_force(x8.LAYOUT_DEFAULTS, x8.layout_choices)
+
+
+def _copies_wanted(qtype, rows, layouts):
+    """{copy name: (layout, min_tokens, max_tokens)} of one weight: the copy each phase takes
+    (layouts[qtype, phase]), where this CPU is offered it and it folds that phase's batches as
+    the file's kernels do; a copy both phases take is one, serving both."""
+    wanted = {}
+    for phase in ("decode", "prefill"):
+        name = layouts.get((qtype, phase), "file")
+        offered = name != "file" and name in x8.layout_choices(qtype, phase)
+        layout = x8.copy_layout(qtype, rows, name) if offered else None
+        if layout is None or (phase == "decode" and x8.min_tokens(layout) != 1):
+            continue
+        lo, hi = (1, 1) if phase == "decode" else (max(2, x8.min_tokens(layout)), BATCH_MAX)
+        if name in wanted:
+            _, lo_other, hi_other = wanted[name]
+            lo, hi = min(lo, lo_other), max(hi, hi_other)
+        wanted[name] = (layout, lo, hi)
+    return wanted
 
 
 def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
     """(pbuf, ptab): copies of matmul weights that some phases multiply faster, bit for bit to
     the same result; pbuf a read-only byte buffer like the memory map (so the forward sees one
-    array type for both), ptab rows (offset, layout, rows, cols, min_tokens, max_tokens) as
-    wtab's plus the batch sizes the copy serves (layout -1: no copy).
+    array type for both), ptab[layer, slot] PTAB_COPIES entries (offset, layout, rows, cols,
+    min_tokens, max_tokens) as wtab's rows plus the batch sizes the copy serves (layout -1: no
+    copy).
 
-    Rows in groups of 8 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale, quants -
-    16) and Q8_0 weights as they are go to the Q8_0_X8 layout, Q4_0 to Q4_0_X8, Q4_K to
-    Q4_K_X8, Q6_K to Q6_K_X8; Q5_0 whose rows do not group is copied as plain Q8_0 (34/22 of
-    its bytes). `layouts` ({(qtype, phase): "x8" or "file"}, default layouts_in_force()) says
-    for which phases a format's weights take their copy: a copy that no phase takes is not
-    made, and a batch takes it only from x8.min_tokens on, where its fold is the file's
-    kernels'. The copies that are larger than the weights they copy (36/34, 20/18, 312/144,
-    356/210) stop at `budget` bytes in all (default: a quarter of the machine's RAM). The
-    output matrix keeps the file's blocks: it usually takes one token."""
+    Rows in groups of 8 or 16 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale,
+    quants - 16) and Q8_0 weights as they are go to the Q8_0_X8/X16 layout, Q4_0 to
+    Q4_0_X8/X16, Q4_K to Q4_K_X8/X16, Q6_K to Q6_K_X8/X16; Q5_0 whose rows do not group is
+    copied as plain Q8_0 (34/22 of its bytes). `layouts` ({(qtype, phase): "x8", "x16" or
+    "file"}, default layouts_in_force()) says which copy each phase takes: a copy that no
+    phase takes is not made, and a batch takes it only from x8.min_tokens on, where its fold
+    is the file's kernels'. The copies that are larger than the weights they copy (36/34,
+    20/18, 312/144, 356/210) stop at `budget` bytes in all (default: a quarter of the
+    machine's RAM). The output matrix keeps the file's blocks: it usually takes one token."""
     budget = _ram_bytes() // 4 if budget is None else budget
     layouts = layouts_in_force() if layouts is None else layouts
-    ptab = np.full(wtab.shape[:2] + (PTAB_COLS,), -1, np.int64)
+    ptab = np.full(wtab.shape[:2] + (PTAB_COPIES, PTAB_COLS), -1, np.int64)
     plan, size, extra = [], 0, 0
     for layer in range(wtab.shape[0] - 1):      # not the global row: the output matmul
         for slot in range(wtab.shape[1]):
             off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-            layout = x8.copy_layout(qtype, rows) if enabled and qtype >= 0 else None
-            if layout is None:
+            if not enabled or qtype < 0:
                 continue
-            decode = layouts.get((qtype, "decode")) == "x8" and x8.min_tokens(layout) == 1
-            prefill = layouts.get((qtype, "prefill")) == "x8"
-            if not (decode or prefill):
-                continue
-            served = (1 if decode else max(2, x8.min_tokens(layout)), BATCH_MAX if prefill else 1)
-            nbytes = rows * row_bytes(layout, cols)
-            if qtype != Q5_0:
-                if extra + nbytes > budget:
-                    continue
-                extra += nbytes
-            plan.append((layer, slot, off, qtype, rows, cols, layout, served, size))
-            size += nbytes
+            for entry, (name, (layout, lo, hi)) in enumerate(_copies_wanted(qtype, rows, layouts).items()):
+                nbytes = rows * row_bytes(layout, cols)
+                if qtype != Q5_0:
+                    if extra + nbytes > budget:
+                        continue
+                    extra += nbytes
+                plan.append((layer, slot, entry, off, qtype, rows, cols, name, layout, (lo, hi), size))
+                size += nbytes
     pbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
-    for layer, slot, off, qtype, rows, cols, layout, served, at in plan:
+    for layer, slot, entry, off, qtype, rows, cols, name, layout, served, at in plan:
         blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
-        if x8.make_copy(qtype, blocks, rows, cols, out=pbuf[at:at + rows * row_bytes(layout, cols)]) is None:
+        out = pbuf[at:at + rows * row_bytes(layout, cols)]
+        if x8.make_copy(qtype, blocks, rows, cols, out=out, name=name) is None:
             continue    # a Q8_0 quant of -128 without VNNI: this matrix keeps the file's blocks
-        ptab[layer, slot] = (at, layout, rows, cols) + served
+        ptab[layer, slot, entry] = (at, layout, rows, cols) + served
     pbuf.setflags(write=False)
     return pbuf, ptab
 

@@ -90,8 +90,8 @@ def model_qtypes(path):
 def render_report(report):
     """The winners table: per weight type and phase, the default, the winner, their times
     summed over the model's tensors (decode: one token; prefill: PREFILL_TOKENS) and the gain;
-    a "<phase> layout" row says whether the copied tensors multiply through their 8-row copy
-    (x8) or the file's blocks, timed over those tensors."""
+    a "<phase> layout" row says whether the copied tensors multiply through their 8- or
+    16-row copy (x8, x16) or the file's blocks, timed over those tensors."""
     rows = []
     for o in report.outcomes:
         n = len(o.shape_winners)
@@ -117,7 +117,7 @@ def render_in_force(qtypes=None):
     """What runs for each weight type and phase, where that choice comes from, and what was
     refused or skipped on the way."""
     choices, notes = sidecar.resolve(matmul.VARIANTS)
-    layouts, layout_notes = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS)
+    layouts, layout_notes = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, x8.layout_choices)
     doc, refusal = sidecar.read()
     rows = []
     named = [(key, key[1] if len(key) == 2 else sidecar.shape_key(*key[1:]), c) for key, c in choices.items()]

@@ -143,7 +143,7 @@ class _Wide8:
         b = g.b
         d, q = self.fmt.quants(g, p)
         q2 = b.bitcast(g.shuffle(q, q, list(range(32)) * 2), V16I32)
-        offset = g.dpbusd512(g.c(V16I32, 0), g.c(V16I32, 0x80808080 - (1 << 32)), q2)
+        offset = g.dpbusd(g.c(V16I32, 0), g.c(V16I32, 0x80808080 - (1 << 32)), q2)
         return g.splat(d, 16), q2, b.sub(g.c(V16I32, 0), offset)
 
     def tok(self, g, x, xd, xa, b):
@@ -163,7 +163,7 @@ class _Wide8:
             u = b.bitcast(b.xor(g.shuffle(q0, q1, range(64)), g.c(vec(I8, 64), 0x80 - 256)), V16I32)
             dx = g.shuffle(g.splat(d0, 8), g.splat(d1, 8), range(16))
             for r, (dw, qw, start) in enumerate(R):
-                lanes = g.dpbusd512(start, u, qw)
+                lanes = g.dpbusd(start, u, qw)
                 k = r * n_tp + j
                 new[k] = g.fma(b.fmul(dw, dx), b.sitofp(lanes, V16F32), acc[k])
         return new

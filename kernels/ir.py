@@ -154,11 +154,14 @@ class Gen:
     """IRBuilder plus the handful of vector idioms the block dots need.
 
     vnni: form the 4-products lanes with one vpdpbusd instead of pmaddubsw + pmaddwd (same
-    int32 lanes: our operands never saturate pmaddubsw's int16 pairs)."""
+    int32 lanes: our operands never saturate pmaddubsw's int16 pairs).
+    avx512: 512-bit pmaddubsw / pmaddwd as those instructions (AVX512BW); without it they are
+    spelt in plain IR, exact in our ranges, so a host without AVX-512 can check a zmm tile."""
 
-    def __init__(self, builder, vnni=False):
+    def __init__(self, builder, vnni=False, avx512=False):
         self.b = builder
         self.vnni = vnni
+        self.avx512 = avx512
 
     # constants and memory
     def c(self, ty, v):
@@ -197,11 +200,29 @@ class Gen:
     def shuffle(self, a, b, idx):
         return self.b.shuffle_vector(a, b, self.c(vec(I32, len(idx)), list(idx)))
 
-    def maddubs(self, u, s):  # u8 x s8 pairs -> i16 (no saturation in our ranges)
-        return self.intr("llvm.x86.avx2.pmadd.ub.sw", V16I16, [u, s])
+    def maddubs(self, u, s):
+        """u8 x s8 pairs -> i16 (no saturation in our ranges), 256 or 512 bits."""
+        n = u.type.count
+        if n == 32:
+            return self.intr("llvm.x86.avx2.pmadd.ub.sw", V16I16, [u, s])
+        if self.avx512:
+            return self.intr("llvm.x86.avx512.pmaddubs.w.512", vec(I16, 32), [u, s])
+        return self._pairs(self.b.zext(u, vec(I16, n)), self.b.sext(s, vec(I16, n)))
 
-    def maddwd(self, a, b):  # i16 x i16 pairs -> i32
-        return self.intr("llvm.x86.avx2.pmadd.wd", V8I32, [a, b])
+    def maddwd(self, a, b):
+        """i16 x i16 pairs -> i32, 256 or 512 bits."""
+        n = a.type.count
+        if n == 16:
+            return self.intr("llvm.x86.avx2.pmadd.wd", V8I32, [a, b])
+        if self.avx512:
+            return self.intr("llvm.x86.avx512.pmaddw.d.512", V16I32, [a, b])
+        return self._pairs(self.b.sext(a, vec(I32, n)), self.b.sext(b, vec(I32, n)))
+
+    def _pairs(self, a, b):
+        """Lane i of the products a*b summed with lane i+1, for even i (plain IR)."""
+        prod = self.b.mul(a, b)
+        n = prod.type.count
+        return self.b.add(self.shuffle(prod, prod, range(0, n, 2)), self.shuffle(prod, prod, range(1, n, 2)))
 
     def psign(self, a, b):
         return self.intr("llvm.x86.avx2.psign.b", V32I8, [a, b])
@@ -275,26 +296,28 @@ class Gen:
         return self.b.select(hit, self.c(V32I8, 16), self.c(V32I8, 0))
 
     def lanes(self, u, s, acc=None):
-        """Unsigned quants u x signed quants s -> 8 int32 lanes of 4 consecutive products.
-        acc (<8 x i32>, vnni only): vpdpbusd's starting sums. Only vpdpbusd takes any u8 (it
-        sums in int32); the pmaddubsw form needs u * s pairs within int16."""
+        """Unsigned quants u x signed quants s (32 or 64 bytes) -> 8 or 16 int32 lanes of 4
+        consecutive products. acc (vnni only): vpdpbusd's starting sums. Only vpdpbusd takes
+        any u8 (it sums in int32); the pmaddubsw form needs u * s pairs within int16."""
+        n = u.type.count // 4
         if self.vnni:
-            return self.intr("llvm.x86.avx512.vpdpbusd.256", V8I32,
-                             [self.c(V8I32, 0) if acc is None else acc, self.b.bitcast(u, V8I32),
-                              self.b.bitcast(s, V8I32)])
+            return self.dpbusd(self.c(vec(I32, n), 0) if acc is None else acc, u, s)
         assert acc is None, "the pmaddubsw form starts from zero"
-        return self.maddwd(self.maddubs(u, s), self.c(V16I16, 1))
+        return self.maddwd(self.maddubs(u, s), self.c(vec(I16, 2 * n), 1))
 
-    def dpbusd512(self, acc, u, s):
-        """acc + per lane the sum of 4 products u8 x s8 (<16 x i32> operands, wrapping like
-        vpdpbusd): that instruction on zmm, or without vnni the same sums in plain IR (which
-        lets a host without AVX-512 check the 512-bit tiles)."""
+    def dpbusd(self, acc, u, s):
+        """acc (8 or 16 x i32) + per lane the sum of 4 products u8 x s8 (u, s: vectors of the
+        same bytes), wrapping like vpdpbusd: that instruction with vnni, else the same sums in
+        plain IR (which lets a host without VNNI check the tiles that use it)."""
+        n = acc.type.count
+        ty = vec(I32, n)
+        u, s = self.b.bitcast(u, ty), self.b.bitcast(s, ty)
         if self.vnni:
-            return self.intr("llvm.x86.avx512.vpdpbusd.512", V16I32, [acc, u, s])
-        b, v64 = self.b, vec(I32, 64)
-        prod = b.mul(b.zext(b.bitcast(u, vec(I8, 64)), v64), b.sext(b.bitcast(s, vec(I8, 64)), v64))
+            return self.intr(f"llvm.x86.avx512.vpdpbusd.{32 * n}", ty, [acc, u, s])
+        b, wide = self.b, vec(I32, 4 * n)
+        prod = b.mul(b.zext(b.bitcast(u, vec(I8, 4 * n)), wide), b.sext(b.bitcast(s, vec(I8, 4 * n)), wide))
         for k in range(4):
-            acc = b.add(acc, self.shuffle(prod, prod, range(k, 64, 4)))
+            acc = b.add(acc, self.shuffle(prod, prod, range(k, 4 * n, 4)))
         return acc
 
     def lanes_signed(self, w, w_abs, x):

@@ -23,9 +23,9 @@ from numba import njit
 from . import sidecar, simd, x8
 from .actq import act_buffers, act_kind, quantize_act
 from .dots import PATH_VEC, dot_ref, gemm_tokens
-from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_0_X8, Q4_1, Q4_K, Q4_K_X8,
-                     Q5_0, Q5_1, Q5_K, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8, SUPPORTED, dequantize,
-                     dequantize_row, row_bytes, type_name)
+from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_0_X8, Q4_0_X16, Q4_1, Q4_K,
+                     Q4_K_X8, Q4_K_X16, Q5_0, Q5_1, Q5_K, Q6_K, Q6_K_X8, Q6_K_X16, Q8_0, Q8_0_X8, Q8_0_X16,
+                     SUPPORTED, dequantize, dequantize_row, row_bytes, type_name)
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
            "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref"]
@@ -113,6 +113,12 @@ _k_q8_0_x8 = x8.kernel      # the copies' layouts (model.prefill_copies), one ke
 _k_q4_k_x8 = x8.kernel_q4_k
 _k_q6_k_x8 = x8.kernel_q6_k
 _k_q4_0_x8 = x8.kernel_q4_0
+# the 16-row copies' kernels where this CPU runs them; elsewhere no copy is made in their
+# layouts, and their names stand for the 8-row kernels, so nothing more is compiled
+_k_q8_0_x16 = x8.kernel_x16 if x8.HAS_X16 else x8.kernel
+_k_q4_k_x16 = x8.kernel_q4_k_x16 if x8.HAS_X16 else x8.kernel_q4_k
+_k_q6_k_x16 = x8.kernel_q6_k_x16 if x8.HAS_X16 else x8.kernel_q6_k
+_k_q4_0_x16 = x8.kernel_q4_0_x16 if x8.HAS_X16 else x8.kernel_q4_0
 
 
 def _bind_active():
@@ -145,6 +151,14 @@ def _build_matmul():
             _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         elif qtype == Q6_K_X8:
             _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif qtype == Q8_0_X16:
+            _k_q8_0_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif qtype == Q4_0_X16:
+            _k_q4_0_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif qtype == Q4_K_X16:
+            _k_q4_k_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif qtype == Q6_K_X16:
+            _k_q6_k_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         elif n_tokens == 1:
             if qtype == Q8_0:
                 _kd_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)

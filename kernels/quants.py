@@ -30,24 +30,27 @@ Q6_K = int(GGMLQuantizationType.Q6_K)
 
 SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 QK_K = 256
-# dasllama's own layouts, outside ggml's type ids: rows repacked in groups of 8 for prefill
-# (kernels/x8.py); bytes a row and block: Q8_0_X8 36 (an f32 scale, 32 quants), Q4_0_X8 20 (an
-# f32 scale, 32 nibbles), Q4_K_X8 312 (f32 d and dmin, int16 scales and mins, 256 quants),
-# Q6_K_X8 356 (f32 d, int16 scales twice, 256 quants)
+# dasllama's own layouts, outside ggml's type ids: rows repacked in groups of 8 (X8) or 16
+# (X16) (kernels/x8.py); bytes a row and block, either width: Q8_0_X* 36 (an f32 scale, 32
+# quants), Q4_0_X* 20 (an f32 scale, 32 nibbles), Q4_K_X* 312 (f32 d and dmin, int16 scales
+# and mins, 256 quants), Q6_K_X* 356 (f32 d, int16 scales twice, 256 quants)
 Q8_0_X8 = 63
 Q4_K_X8 = 62
 Q6_K_X8 = 61
 Q4_0_X8 = 60
+Q8_0_X16 = 59
+Q4_K_X16 = 58
+Q6_K_X16 = 57
+Q4_0_X16 = 56
 
 # (qtype id,) -> elements / bytes per block; indexable from njit code.
 BLOCK_ELEMS = np.zeros(64, np.int64)
 BLOCK_BYTES = np.zeros(64, np.int64)
 for _t in SUPPORTED:
     BLOCK_ELEMS[_t], BLOCK_BYTES[_t] = GGML_QUANT_SIZES[GGMLQuantizationType(_t)]
-BLOCK_ELEMS[Q8_0_X8], BLOCK_BYTES[Q8_0_X8] = 32, 36
-BLOCK_ELEMS[Q4_K_X8], BLOCK_BYTES[Q4_K_X8] = 256, 312
-BLOCK_ELEMS[Q6_K_X8], BLOCK_BYTES[Q6_K_X8] = 256, 356
-BLOCK_ELEMS[Q4_0_X8], BLOCK_BYTES[Q4_0_X8] = 32, 20
+for _x8, _x16, _elems, _bytes in ((Q8_0_X8, Q8_0_X16, 32, 36), (Q4_K_X8, Q4_K_X16, 256, 312),
+                                  (Q6_K_X8, Q6_K_X16, 256, 356), (Q4_0_X8, Q4_0_X16, 32, 20)):
+    BLOCK_ELEMS[_x8], BLOCK_BYTES[_x8] = BLOCK_ELEMS[_x16], BLOCK_BYTES[_x16] = _elems, _bytes
 
 # Byte offsets of the f16 scale fields (d, dmin/m) inside each block.
 F16_FIELDS = {Q8_0: (0,), Q4_0: (0,), Q5_0: (0,), Q4_1: (0, 2), Q5_1: (0, 2), Q2_K: (80, 82),
@@ -62,7 +65,8 @@ def row_bytes(qtype, n_cols):
 
 
 def type_name(qtype):
-    names = {Q8_0_X8: "Q8_0_X8", Q4_0_X8: "Q4_0_X8", Q4_K_X8: "Q4_K_X8", Q6_K_X8: "Q6_K_X8"}
+    names = {Q8_0_X8: "Q8_0_X8", Q4_0_X8: "Q4_0_X8", Q4_K_X8: "Q4_K_X8", Q6_K_X8: "Q6_K_X8",
+             Q8_0_X16: "Q8_0_X16", Q4_0_X16: "Q4_0_X16", Q4_K_X16: "Q4_K_X16", Q6_K_X16: "Q6_K_X16"}
     return names[qtype] if qtype in names else GGMLQuantizationType(qtype).name
 
 

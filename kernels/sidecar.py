@@ -10,11 +10,12 @@ the first of
     the default the first of the format's VARIANTS
 A sidecar from another machine, another version, or one that cannot be read is refused as a
 whole with a named reason; an entry naming a variant that this build does not offer is skipped.
-The same precedence chooses each format's layout for a phase (resolve_layouts): "x8", the
-8-row copy model.prefill_copies makes at load (kernels/x8.py), or "file", the blocks as they lie
-in the file; a pin names it as a variant ("Q8_0:decode=file"), a sidecar or profile under the
-key "<phase> layout". Layouts are data the compiled forward reads, not code: changing one
-compiles nothing.
+The same precedence chooses each format's layout for a phase (resolve_layouts): "x8" or
+"x16", the 8- or 16-row copy model.prefill_copies makes at load (kernels/x8.py), or "file", the
+blocks as they lie in the file; a pin names it as a variant ("Q8_0:decode=file"), a sidecar or
+profile under the key "<phase> layout". A layout this CPU is not offered (x16 without AVX-512)
+is skipped with a note, as an unknown variant is. Layouts are data the compiled forward reads,
+not code: changing one compiles nothing.
 Plain Python (no numba): the kernel package resolves this before it compiles anything.
 """
 import functools
@@ -37,7 +38,8 @@ PHASES = ("decode", "prefill")
 PIN_ENV = "DASLLAMA_KERNELS"
 CONFIG_ENV = "DASLLAMA_CONFIG"
 PROFILES = Path(__file__).parent / "profiles"
-LAYOUT_NAMES = ("x8", "file")    # a format's weights for a phase: its 8-row copy, or the file's blocks
+# a format's weights for a phase: its 8- or 16-row copy, or the file's blocks
+LAYOUT_NAMES = ("x8", "x16", "file")
 # files of the tuner itself: editing them does not change how fast a kernel runs
 _NOT_KERNELS = {"tune.py", "sidecar.py", "cpu.py", "bench_matmul.py"}
 
@@ -258,25 +260,27 @@ def _pick(layers, key, accepted, notes, what, why_not):
     return None
 
 
-def resolve_layouts(offered, pin_text=None, doc=None, features=None):
+def resolve_layouts(offered, choices_of=None, pin_text=None, doc=None, features=None):
     """({(qtype, phase): Choice} of the layout, notes) for each (qtype, phase) of `offered`
     ({(qtype, phase): default layout}: the pairs whose copy folds as the file's kernels do),
-    by the same precedence as the variants."""
+    by the same precedence as the variants; choices_of(qtype, phase): the layouts this CPU
+    is offered for the pair (default: all of LAYOUT_NAMES)."""
     layers, notes = _layers(pin_text, doc, features)
     choices = {}
     for (qtype, phase), default in offered.items():
         key = (type_name(qtype), layout_key(phase))
-        picked = _pick(layers, key, LAYOUT_NAMES, notes, f"{key[0]} {phase} layout",
-                       f"is not one of {', '.join(LAYOUT_NAMES)}")
+        names = choices_of(qtype, phase) if choices_of else LAYOUT_NAMES
+        picked = _pick(layers, key, names, notes, f"{key[0]} {phase} layout",
+                       f"is not one of {', '.join(names)} (the layouts offered here)")
         choices[qtype, phase] = Choice(picked[1][key], picked[0]) if picked else Choice(default, "default")
     return choices, notes
 
 
-def layouts_in_force(offered):
+def layouts_in_force(offered, choices_of=None):
     """{(qtype, phase): layout} for model.prefill_copies; what was skipped is warned about, and
     a broken config falls back to the defaults (as in_force)."""
     try:
-        choices, notes = resolve_layouts(offered)
+        choices, notes = resolve_layouts(offered, choices_of)
     except Exception as e:  # as in_force: a broken config never stops the engine from starting
         warnings.warn(f"layout choice fell back to the defaults: {type(e).__name__}: {e}", SidecarWarning,
                       stacklevel=2)

@@ -249,6 +249,7 @@ def _host_has(*features):
 
 
 HAS_VNNI = _host_has("avx512vnni", "avx512vl")
+HAS_AVX512BW = _host_has("avx512bw")
 
 
 # decode tiles of 2 and 4 rows beside the default plan's 1: rows stream interleaved, which

@@ -17,11 +17,12 @@ Steps, each refusing rather than guessing:
    rounds, head to head, judged by a sign test, so noise does not churn the choice;
 5. per shape, a variant that beats the type's winner by SHAPE_GAIN (and wins its duel) is kept
    for that shape alone;
-6. the layout: where the model copies a format's weights into an 8-row interleave at load
-   (x8.make_copy), the copy's kernel ("x8") races beside the file's variants on the same
-   shapes, gated alike; per type and phase it is kept (sidecar key "<phase> layout") if it
-   beats the file's winners summed over the copied tensors, and wins its duel where that
-   changes what is in force. The file's winner still serves the tensors without a copy.
+6. the layout: where the model may copy a format's weights into an 8- or 16-row interleave
+   at load (x8.make_copy), each copy's kernel ("x8", "x16": those this CPU is offered) races
+   beside the file's variants on the same shapes, gated alike; per type and phase the layout
+   with the least time summed over the copied tensors is kept (sidecar key "<phase> layout"),
+   after a duel where that changes what is in force. The file's winner still serves the
+   tensors without a copy.
 The sidecar keeps every shape's medians; tuning a second model adds its shapes and re-chooses
 the winners of the types it uses, on its own shapes.
 """
@@ -56,7 +57,7 @@ DUEL_P = 0.01                # sign-test level at which a duel's challenger wins
 MIN_DUEL_ROUNDS, MAX_DUEL_ROUNDS = 8, 200
 FLOAT_ULPS = 16              # float gate: |got - ref| <= (n_cols / 64 + FLOAT_ULPS) * 2^-24 * sum|w x|
 GATE_ROWS, GATE_TOKENS = 37, 7  # odd: tails for every row and token tile
-COPY = "x8"                  # the contender that multiplies the weights' 8-row copy
+COPIES = tuple(x8.WIDTHS)    # the contenders that multiply the weights' 8- and 16-row copies
 
 
 class Noisy(RuntimeError):
@@ -82,13 +83,19 @@ class Shape:
     def n_tokens(self):
         return 1 if self.phase == "decode" else PREFILL_TOKENS
 
-    @property
-    def copy_layout(self):
-        """The layout of this shape's copy where this phase may take one, else None."""
-        layout = x8.copy_layout(self.qtype, self.n_rows) if self.copied else None
-        if layout is None or (self.qtype, self.phase) not in x8.LAYOUT_DEFAULTS or layout not in x8.KERNELS:
+    def copy_layout(self, name):
+        """The layout of this shape's `name` copy where this phase may take it, else None."""
+        if not self.copied or name not in x8.layout_choices(self.qtype, self.phase):
+            return None
+        layout = x8.copy_layout(self.qtype, self.n_rows, name)
+        if layout not in x8.KERNELS:
             return None
         return layout if self.n_tokens >= x8.min_tokens(layout) else None
+
+    @property
+    def copies(self):
+        """The copies this phase may take for this shape, by name."""
+        return [name for name in COPIES if self.copy_layout(name) is not None]
 
 
 def model_shapes(gguf_file):
@@ -178,16 +185,16 @@ def gate(qtype, names, weights, n_cols, build=M.build_kernel):
     return verdicts
 
 
-def gate_copy(shape, kernel=None):
-    """None if the kernel of `shape`'s copy (kernel: another, for tests) multiplies the copy of
-    the real weights' first rows bit for bit as matmul_ref does their file blocks, at a batch
-    the phase gives it (one token, or an odd batch the copy serves), or if there is no copy to
-    multiply; else why not."""
-    layout = shape.copy_layout
+def gate_copy(shape, name, kernel=None):
+    """None if the kernel of `shape`'s `name` copy (kernel: another, for tests) multiplies the
+    copy of the real weights' first rows bit for bit as matmul_ref does their file blocks, at a
+    batch the phase gives it (one token, or an odd batch the copy serves), or if there is no
+    copy to multiply; else why not."""
+    layout = shape.copy_layout(name)
     rb = row_bytes(shape.qtype, shape.n_cols)
     n_rows = min(GATE_ROWS + x8.GROUP - 1, shape.weights.size // rb) // x8.GROUP * x8.GROUP
     w = np.ascontiguousarray(shape.weights[:n_rows * rb])
-    copy = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols)
+    copy = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols, name=name)
     if copy is None:
         return None    # the layout declines these weights (a Q8_0 quant of -128 without VNNI),
                        # as the model's load will: nothing runs, and nothing races (_race_args)
@@ -219,8 +226,8 @@ def _disagreements(got, ref, bound):
 
 # --- 3. races -----------------------------------------------------------------------------------
 
-def _race_args(shape, copy=False):
-    """The calls a race times on `shape` (copy: on its 8-row copy; None where the layout
+def _race_args(shape, copy=None):
+    """The calls a race times on `shape` (copy: on its copy of that name; None where the layout
     declines the weights): one (w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out) for
     prefill; for decode a list of them over copies of the weight, taken in turn, so each call
     reads its weight from memory (in a model a token reads every weight once: a decode race on
@@ -233,7 +240,7 @@ def _race_args(shape, copy=False):
             n_rows -= n_rows % x8.GROUP    # whole groups, for the copy and the file alike
     w = shape.weights[:n_rows * rb]
     if copy:
-        w = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols)
+        w = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols, name=copy)
         if w is None:
             return None
     bufs = _activations(shape.n_tokens, shape.n_cols, shape.qtype, seed=0)
@@ -298,7 +305,8 @@ def duel(qtype, challenger, incumbent, shapes, budget_s, build):
     """Paired rounds of challenger against incumbent over `shapes` (one sample of each per
     shape per round, order alternating, weighted by tensor count): True when the challenger
     is faster in so many rounds that chance explains it with p < DUEL_P (a sign test) and by
-    REPLACE_MARGIN in the median round. Either may be COPY, the kernel of the shapes' copies.
+    REPLACE_MARGIN in the median round. Either may be one of COPIES, the kernel of the shapes'
+    copies of that name.
     Returns (won, p value, median round time ratio)."""
     cases = [(s.count,) + _contenders(qtype, (challenger, incumbent), s, build) for s in shapes]
     reps = [_reps(pair, args)[0] for _, pair, args in cases]
@@ -320,11 +328,11 @@ def duel(qtype, challenger, incumbent, shapes, budget_s, build):
 
 
 def _contenders(qtype, names, shape, build):
-    """({name: kernel}, {name: race calls}) on `shape` for file variants and COPY."""
+    """({name: kernel}, {name: race calls}) on `shape` for file variants and COPIES."""
     kernels, args, file_args = {}, {}, None
     for name in names:
-        if name == COPY:
-            kernels[name], args[name] = x8.KERNELS[shape.copy_layout], _race_args(shape, copy=True)
+        if name in COPIES:
+            kernels[name], args[name] = x8.KERNELS[shape.copy_layout(name)], _race_args(shape, copy=name)
         else:
             file_args = file_args or _race_args(shape)
             kernels[name], args[name] = build(qtype, name), file_args
@@ -388,7 +396,7 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
         raise Noisy(f"the machine is too busy to rank kernels: {reason}. Stop other work and "
                     "tune again, or pass --force to tune anyway")
     incumbents, _ = sidecar.resolve(variants, pin_text="", doc=doc or {})
-    layouts, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, pin_text="", doc=doc or {})
+    layouts, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, x8.layout_choices, pin_text="", doc=doc or {})
     share = budget_s / (2 * len(shapes))   # half for the races, half for the duels
     rejected, medians = {}, {}
     for qtype in dict.fromkeys(s.qtype for s in shapes):
@@ -396,24 +404,25 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
         names = [n for n, _ in variants[qtype]]
         on_step(f"gate {type_name(qtype)} ({len(names)} variants)")
         verdicts = gate(qtype, names, group[0].weights, group[0].n_cols, build)
-        for phase in PHASES:      # the copy's kernel, where this phase may take one
-            copied = [s for s in group if s.phase == phase and s.copy_layout is not None]
-            if copied:
-                why = gate_copy(copied[0])
-                verdicts[COPY, phase] = why
-                if why:
-                    rejected[type_name(qtype), f"{COPY} ({phase})"] = why
+        for phase in PHASES:      # each copy's kernel, where this phase may take it
+            for copy in COPIES:
+                copied = [s for s in group if s.phase == phase and copy in s.copies]
+                if copied:
+                    why = gate_copy(copied[0], copy)
+                    verdicts[copy, phase] = why
+                    if why:
+                        rejected[type_name(qtype), f"{copy} ({phase})"] = why
         rejected.update({(type_name(qtype), n): why for n, why in verdicts.items() if why and n in names})
         kernels = {n: build(qtype, n) for n in names if not verdicts[n]}
         params = dict(variants[qtype])
         for s in group:
             on_step(f"race {type_name(qtype)} {s.phase} {s.n_rows}x{s.n_cols}")
-            racing, args = _distinct(kernels, params, s.phase), _race_args(s)
-            copy_args = _race_args(s, copy=True) if verdicts.get((COPY, s.phase), "") is None \
-                and s.copy_layout is not None else None
-            if copy_args is not None:
-                racing = {**racing, COPY: x8.KERNELS[s.copy_layout]}
-                args = {**dict.fromkeys(racing, args), COPY: copy_args}
+            racing = _distinct(kernels, params, s.phase)
+            args = dict.fromkeys(racing, _race_args(s))
+            for copy in s.copies:
+                copy_args = _race_args(s, copy=copy) if verdicts.get((copy, s.phase), "") is None else None
+                if copy_args is not None:
+                    racing[copy], args[copy] = x8.KERNELS[s.copy_layout(copy)], copy_args
             medians[s.key] = race(racing, args, share)
     winners, notes = {}, []
     for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
@@ -446,8 +455,8 @@ def _distinct(kernels, params, phase):
 
 def _totals(group, medians):
     """file variant -> seconds summed over the tensors of the group (variants timed on every
-    shape; COPY is a layout, decided apart)."""
-    common = set.intersection(*(set(medians[s.key]) for s in group)) - {COPY}
+    shape; COPIES are layouts, decided apart)."""
+    common = set.intersection(*(set(medians[s.key]) for s in group)) - set(COPIES)
     return {v: sum(s.count * medians[s.key][v] for s in group) for v in common}
 
 
@@ -463,7 +472,7 @@ def _decide(qtype, phase, group, medians, incumbent, share, build, on_step, note
                             f"{type_name(qtype)} {phase}")
     chosen = {phase: winner}
     for s in group:
-        own = min((v for v in medians[s.key] if v != COPY), key=medians[s.key].get)
+        own = min((v for v in medians[s.key] if v not in COPIES), key=medians[s.key].get)
         if own != winner and medians[s.key][own] < (1 - SHAPE_GAIN) * medians[s.key].get(winner, math.inf):
             where = f"{type_name(qtype)} {sidecar.shape_key(phase, s.n_rows, s.n_cols)}"
             if _challenge(qtype, own, winner, [s], share, build, on_step, notes, where) == own:
@@ -477,26 +486,32 @@ def _file_winner(chosen, shape):
 
 
 def _layout_times(group, medians, chosen):
-    """(copied shapes, {layout: seconds summed over their tensors}): the copy's kernel
-    against the file variant each shape runs."""
-    copied = [s for s in group if COPY in medians[s.key] and _file_winner(chosen, s) in medians[s.key]]
-    return copied, {COPY: sum(s.count * medians[s.key][COPY] for s in copied),
-                    "file": sum(s.count * medians[s.key][_file_winner(chosen, s)] for s in copied)}
+    """(copied shapes, {layout: seconds summed over their tensors}): "file", the file variant
+    each shape runs, and each copy that raced, which on a shape where it did not (its rows do
+    not group) counts the file's time, as the model then keeps the file's blocks there."""
+    copied = [s for s in group if set(COPIES) & set(medians[s.key]) and _file_winner(chosen, s) in medians[s.key]]
+    raced = [c for c in COPIES if any(c in medians[s.key] for s in copied)]
+
+    def time_of(layout, s):
+        return medians[s.key].get(layout, medians[s.key][_file_winner(chosen, s)])
+
+    return copied, {layout: sum(s.count * time_of(layout, s) for s in copied) for layout in ["file"] + raced}
 
 
 def _decide_layout(qtype, phase, group, medians, chosen, incumbent, share, build, on_step, notes):
-    """{layout_key(phase): "x8" or "file"}, or {} where no tensor's copy raced: the faster in
-    sum over the copied tensors; a change from what is in force must win a duel of the copy's
-    kernel against the file's winner."""
+    """{layout_key(phase): "x8", "x16" or "file"}, or {} where no tensor's copy raced: the
+    fastest in sum over the copied tensors; a change from what is in force must win a duel of
+    the two layouts' kernels (the file's: its winner) on the tensors both can serve."""
     copied, times = _layout_times(group, medians, chosen)
     if not copied:
         return {}
     best = min(times, key=times.get)
-    if best != incumbent:
-        file_variant = chosen[phase]
-        pair = (COPY, file_variant) if best == COPY else (file_variant, COPY)
+    if best != incumbent and incumbent in times:
+        as_variant = {"file": chosen[phase]}
+        pair = [as_variant.get(name, name) for name in (best, incumbent)]
+        both = [s for s in copied if all(p in medians[s.key] for p in pair)]
         where = f"{type_name(qtype)} {layout_key(phase)}"
-        if _challenge(qtype, *pair, copied, share * len(copied), build, on_step, notes, where) != pair[0]:
+        if not both or _challenge(qtype, *pair, both, share * len(both), build, on_step, notes, where) != pair[0]:
             best = incumbent
     return {layout_key(phase): best}
 
@@ -537,9 +552,11 @@ def _layout_summary(qtype, phase, group, medians, chosen, layouts):
     key = layout_key(phase)
     default = x8.LAYOUT_DEFAULTS.get((qtype, phase))
     copied, times = _layout_times(group, medians, chosen)
-    if default is None or not copied:
+    if default not in times or not copied:
         return []
     winner = chosen.get(key, default)
+    if winner not in times:
+        return []
     incumbent = layouts[qtype, phase].variant if layouts else winner
     return [Outcome(qtype, key, len(copied), default, incumbent, winner, {}, times[default], times[winner])]
 

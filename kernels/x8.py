@@ -1,9 +1,11 @@
-"""Weights repacked in groups of 8 rows for prefill: 8 rows a vector, the token broadcast.
+"""Weights repacked in groups of 8 (or 16) rows: one vector lane a row, the token broadcast.
 
-Four layouts, each a copy model.prefill_copies makes at load (make_copy): Q8_0_X8 (of Q8_0
-and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its tile and kernel below. Which
-phases multiply through a copy is a layout choice (LAYOUT_DEFAULTS, the tuner's, a pin). The Q8_0 case first, which shows
-the idea.
+Four formats have copies model.prefill_copies makes at load (make_copy): Q8_0_X8 (of Q8_0
+and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its tile and kernel below, and the
+same four 16 rows wide (Q8_0_X16, ...: zmm lanes, for CPUs with AVX-512 and VNNI, where a zmm
+operation costs what a ymm one does and does twice the rows). Which phases multiply through
+which copy is a layout choice ("x8", "x16" or "file": LAYOUT_DEFAULTS, the tuner's, a pin).
+The Q8_0 case first, which shows the idea, told for 8 rows.
 
 The register tiles of simd.py hold one (row, token) pair per accumulator, ggml's 8 int32 lanes
 of the block dot side by side; each pair's fold then needs its own scale product dw*dx spread
@@ -30,7 +32,8 @@ layout.
 
 Layout (Q8_0_X8): per group of 8 rows, per block: the 8 rows' scales as f32 (32 bytes), then
 lanes 0..7, each the 8 rows' 4 bytes of that lane (32 bytes): 288 bytes, 36 a row and block.
-On CPUs with VNNI the bytes are w + 128 and the sign stays on the token (_block_q8_0).
+On CPUs with VNNI the bytes are w + 128 and the sign stays on the token (_block_q8_0), as they
+always are in Q8_0_X16 (16 rows: 64-byte scales and lanes, 576 bytes a block).
 
 The K-quants' batch folds (llama.cpp's repacked Q4_K gemm, its tiled K-quant matmul) take one
 exact integer sum per pair and chunk of a block, so there the lanes of a sub-block add up in
@@ -42,24 +45,30 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .dots import TILED_MIN_TOKENS, gemm_tokens
-from .ir import I8, I32, I64, V8F32, V8I32, V16I16, V32I8, Gen, i64_call, keep_alive
-from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_K, Q4_K_X8, Q5_0, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8,
-                     f16_at, q5_0_as_q8_0, q_q4_0, q_q6_k, row_bytes, scale_min_k4)
-from .simd import HAS_VNNI
+from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, keep_alive, vec
+from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_0_X16, Q4_K, Q4_K_X8, Q4_K_X16, Q5_0, Q6_K, Q6_K_X8,
+                     Q6_K_X16, Q8_0, Q8_0_X8, Q8_0_X16, f16_at, q5_0_as_q8_0, q_q4_0, q_q6_k, row_bytes,
+                     scale_min_k4)
+from .simd import HAS_AVX512BW, HAS_VNNI
 
-GROUP = 8
+# copy name -> rows a group: "x8" one ymm lane a row, "x16" one zmm lane a row (AVX-512)
+WIDTHS = {"x8": 8, "x16": 16}
+GROUP = max(WIDTHS.values())    # a row count that groups for every width
+# the 16-row copies run where the CPU has AVX-512 with VNNI (elsewhere their zmm operations
+# are spelt in plain IR: exact, for tests, not offered)
+HAS_X16 = HAS_VNNI and HAS_AVX512BW
 _ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
 
 
 def min_tokens(layout):
     """The smallest batch that a copy in `layout` multiplies bit for bit as the file's kernels
-    do: Q6_K_X8 spells only llama.cpp's tiled fold, which batches of fewer than
+    do: Q6_K_X* spell only llama.cpp's tiled fold, which batches of fewer than
     TILED_MIN_TOKENS do not take; the K-quant copies fold a single token as the gemv does not;
-    Q8_0_X8 (of Q8_0 or Q5_0 weights) and Q4_0_X8 fold one token as the gemv does; the plain
+    Q8_0_X* (of Q8_0 or Q5_0 weights) and Q4_0_X* fold one token as the gemv does; the plain
     Q8_0 copy of Q5_0 rows that do not group serves batches."""
-    if layout == Q6_K_X8:
+    if layout in (Q6_K_X8, Q6_K_X16):
         return TILED_MIN_TOKENS
-    if layout == Q8_0_X8 or layout == Q4_0_X8:
+    if layout in (Q8_0_X8, Q8_0_X16, Q4_0_X8, Q4_0_X16):
         return 1
     return 2
 
@@ -68,27 +77,45 @@ def min_tokens(layout):
 # others: sidecar.resolve_layouts). Batches take the copies. Decode takes Q8_0's (it streams
 # the copy's 36 bytes a block faster than the gemv does the file's 34: 14-17 against 16-21 GB/s
 # on gemma3's layers) and Q4_0's (20 bytes a block against 18, 1.7-2.2x the file's gemv), not
-# Q5_0's, which has 36/22 of its bytes.
+# Q5_0's, which has 36/22 of its bytes. Where the CPU runs the 16-row copies (HAS_X16) they
+# take the 8-row copies' place (X16_DEFAULTS): on a Zen 5, T=512 on gemma3's shapes, Q8_0 at
+# 1.8-2.3x the 8-row copy's GFLOP/s, Q4_K 1.9-2.4x, Q6_K 2.2x, Q4_0 2.3-2.7x; decode streams
+# 3-8 % faster, so one 16-row copy serves both phases.
 LAYOUT_DEFAULTS = {(Q8_0, "decode"): "x8", (Q4_0, "decode"): "x8", (Q5_0, "decode"): "file",
                    **{(q, "prefill"): "x8" for q in (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K)}}
+X16_DEFAULTS = {pair: "x16" for pair, layout in LAYOUT_DEFAULTS.items() if layout == "x8"}
+if HAS_X16:
+    LAYOUT_DEFAULTS.update(X16_DEFAULTS)
 
 
-def copy_layout(qtype, n_rows):
-    """The layout of the copy of an (n_rows, n) matrix in `qtype`, or None: Q5_0 goes through
-    Q8_0 (the same f16 scale, quants - 16), as plain Q8_0 where its rows do not group."""
+def layout_choices(qtype, phase):
+    """The layouts offered for a format's weights in a phase: the file's blocks, and each copy
+    that folds that phase's batches as the file's kernels do (the 16-row ones where HAS_X16)."""
+    if (qtype, phase) not in LAYOUT_DEFAULTS:
+        return ()
+    names = [name for name in WIDTHS if name == "x8" or HAS_X16]
+    layouts = {name: copy_layout(qtype, GROUP, name) for name in names}
+    batch = 1 if phase == "decode" else TILED_MIN_TOKENS
+    return ("file",) + tuple(n for n, lay in layouts.items() if lay is not None and min_tokens(lay) <= batch)
+
+
+def copy_layout(qtype, n_rows, name="x8"):
+    """The layout of the `name` copy ("x8", "x16") of an (n_rows, n) matrix in `qtype`, or
+    None: Q5_0 goes through Q8_0 (the same f16 scale, quants - 16), as plain Q8_0 where its
+    rows do not group."""
     source = Q8_0 if qtype == Q5_0 else qtype
-    if source not in LAYOUTS:
+    if (source, name) not in COPIES:
         return None
-    if n_rows % GROUP:
+    if n_rows % WIDTHS[name]:
         return Q8_0 if qtype == Q5_0 else None
-    return LAYOUTS[source][0]
+    return COPIES[source, name][0]
 
 
-def make_copy(qtype, blocks, n_rows, n_cols, out=None):
-    """The copy of a matrix in `qtype` (into `out` if given, of rows * row_bytes(layout)), or
-    None where it has none: a layout that declines it (copy_layout, or a Q8_0 quant of -128
-    without VNNI)."""
-    layout = copy_layout(qtype, n_rows)
+def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
+    """The `name` copy of a matrix in `qtype` (into `out` if given, of rows *
+    row_bytes(layout)), or None where it has none: a layout that declines it (copy_layout, or
+    a Q8_0 quant of -128 in the 8-row copy without VNNI)."""
+    layout = copy_layout(qtype, n_rows, name)
     if layout is None:
         return None
     if qtype == Q5_0:
@@ -98,71 +125,97 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None):
             return np.array(blocks, np.uint8).reshape(-1)
         out[:] = blocks
         return out
-    return LAYOUTS[qtype][1](blocks, n_rows, n_cols, out=out)
+    return COPIES[qtype, name][1](blocks, n_rows, n_cols, out=out)
 
 
 # --- the template: repack, tile, kernel ------------------------------------------------------
 
-def _repacker(fill, layout, block_elems):
+class _Vectors:
+    """The vector types of a group of n rows, one lane a row: f32 and i32 lanes, the int16
+    pairs and the bytes (4 a row) of one load."""
+
+    def __init__(self, n):
+        self.n = n
+        self.f32, self.i32, self.i16, self.i8 = vec(F32T, n), vec(I32, n), vec(I16, 2 * n), vec(I8, 4 * n)
+
+
+def _repacker(fill, layout, block_elems, width):
     """repack(blocks, n_rows, n_cols, out=None): the matrix in `layout` (into `out` if given),
-    or None if its rows do not come in whole groups of 8 or `fill` declines it."""
+    or None if its rows do not come in whole groups of `width` or `fill` declines it."""
     def repack(blocks, n_rows, n_cols, out=None):
-        if n_rows % GROUP or n_cols % block_elems:
+        if n_rows % width or n_cols % block_elems:
             return None
         src = np.ascontiguousarray(blocks).reshape(-1)
         if out is None:
             out = np.empty(n_rows * row_bytes(layout, n_cols), np.uint8)
-        return out if fill(src, n_rows // GROUP, n_cols // block_elems, out) else None
+        return out if fill(src, n_rows // width, n_cols // block_elems, out, width) else None
     return repack
 
 
 class _Token:
     """One token's rows as a tile reads them: its int8 quants, its per-call extra (aux) and
-    its block scales, at byte pointers."""
+    its block scales, at byte pointers, broadcast over the group's n rows."""
 
-    def __init__(self, g, x, aux, xd, block_elems):
-        self.g, self.x, self.aux, self.xd, self.block_elems = g, x, aux, xd, block_elems
+    def __init__(self, g, v, x, aux, xd, block_elems):
+        self.g, self.v, self.x, self.aux, self.xd, self.block_elems = g, v, x, aux, xd, block_elems
 
     def lane(self, blk, lane, base=None):
-        """The 4 bytes of `lane` of block blk (of x, or of `base`) broadcast to 32."""
+        """The 4 bytes of `lane` of block blk (of x, or of `base`) broadcast to every row."""
         g, b = self.g, self.g.b
         off = b.add(b.mul(blk, g.c(I64, self.block_elems)), g.c(I64, 4 * lane))
-        return b.bitcast(g.splat(g.load(self.x if base is None else base, off, I32), 8), V32I8)
+        return b.bitcast(g.splat(g.load(self.x if base is None else base, off, I32), self.v.n), self.v.i8)
+
+    def pair(self, off):
+        """The int32 (two int16s) of aux at byte `off` broadcast to every row's pair."""
+        g = self.g
+        return g.b.bitcast(g.splat(g.load(self.aux, off, I32), self.v.n), self.v.i16)
 
     def scale(self, blk):
-        """The block's f32 scale spread over 8 lanes."""
-        return self.g.splat(self.g.f32(self.xd, self.g.b.mul(blk, self.g.c(I64, 4))), 8)
+        """The block's f32 scale broadcast to every row."""
+        return self.g.splat(self.g.f32(self.xd, self.g.b.mul(blk, self.g.c(I64, 4))), self.v.n)
 
 
-def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False):
+def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, step=1):
     """The intrinsic tile(w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
-    out_stride) of one group of 8 rows (w: its bytes) against n_tok tokens: per token,
-    acc = block(g, wb, token, blk, acc) over the blocks (wb: the group's bytes of block blk),
-    then finish(g, acc), the 8 rows' floats, stored at out + t * out_stride.
-    vnni: the block's Gen forms 4-product lanes with vpdpbusd (Gen.lanes)."""
-    group_block = int(BLOCK_BYTES[layout]) * GROUP
-    name += "_vnni" if vnni else ""
+    out_stride) of one group of `width` rows (w: its bytes) against n_tok tokens: per token,
+    acc = block(g, v, wb, token, blk, acc) over the blocks (wb: the group's bytes of block
+    blk), then finish(g, v, acc), the rows' floats, stored at out + t * out_stride.
+    step: tokens that share one pass over the blocks (their weight loads are one), the rest
+    one by one. vnni: the Gen forms 4-product lanes with vpdpbusd (Gen.lanes)."""
+    group_block = int(BLOCK_BYTES[layout]) * width
+    name += ("_vnni" if vnni else "") + (f"_w{width}" if width != 8 else "") + (f"_s{step}" if step > 1 else "")
+    v = _Vectors(width)
 
     def emit(b, a):
         from .simd import _loop
-        g = Gen(b, vnni)
-        ptr = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 2, 4, 6, 9)]
-        w, x, aux, xd, out = ptr
+        g = Gen(b, vnni, avx512=HAS_AVX512BW)
+        w, x, aux, xd, out = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 2, 4, 6, 9)]
         n_blocks, n_tok = a[1], a[8]
 
-        def token(t, carry):
-            tok = _Token(g, g.at(x, b.mul(t, a[3])), g.at(aux, b.mul(t, a[5])), g.at(xd, b.mul(t, a[7])),
-                         block_elems)
+        def tokens(t0, count, carry):
+            ts = [b.add(t0, g.c(I64, j)) for j in range(count)]
+            toks = [_Token(g, v, g.at(x, b.mul(t, a[3])), g.at(aux, b.mul(t, a[5])), g.at(xd, b.mul(t, a[7])),
+                           block_elems) for t in ts]
 
             def each(blk, acc):
-                return block(g, g.at(w, b.mul(blk, g.c(I64, group_block))), tok, blk, acc)
+                wb = g.at(w, b.mul(blk, g.c(I64, group_block)))
+                return [a_ for j, tok in enumerate(toks)
+                        for a_ in block(g, v, wb, tok, blk, acc[j * n_acc:(j + 1) * n_acc])]
 
-            acc = _loop(g, g.c(I64, 0), n_blocks, [g.c(V8F32, 0.0)] * n_acc, each)
-            st = b.store(finish(g, acc), b.bitcast(g.at(out, b.mul(t, a[10])), V8F32.as_pointer()))
-            st.align = 4
+            acc = _loop(g, g.c(I64, 0), n_blocks, [g.c(v.f32, 0.0)] * (n_acc * count), each)
+            for j, t in enumerate(ts):
+                st = b.store(finish(g, v, acc[j * n_acc:(j + 1) * n_acc]),
+                             b.bitcast(g.at(out, b.mul(t, a[10])), v.f32.as_pointer()))
+                st.align = 4
             return carry
 
-        _loop(g, g.c(I64, 0), n_tok, [g.c(I64, 0)], token)
+        n_shared = g.c(I64, 0)
+        if step > 1:
+            n_steps = b.sdiv(n_tok, g.c(I64, step))
+            _loop(g, g.c(I64, 0), n_steps, [g.c(I64, 0)],
+                  lambda i, carry: tokens(b.mul(i, g.c(I64, step)), step, carry))
+            n_shared = b.mul(n_steps, g.c(I64, step))
+        _loop(g, n_shared, n_tok, [g.c(I64, 0)], lambda t, carry: tokens(t, 1, carry))
 
     @intrinsic
     def tile(typingctx, w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
@@ -177,13 +230,13 @@ def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False):
 AUX_ABS, AUX_BLOCK_SUMS8, AUX_BSUMS32, AUX_BSUMS16, AUX_LANE_OFFSETS = range(5)
 
 
-def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
+def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`:
-    prange over row groups, cache-sized token chunks outside. With gemv_tile (Q4_K), the first
-    tokens dots.gemm_tokens gives llama.cpp's repacked gemm take `tile`, the rest gemv_tile.
-    (The aux functions are called as globals under a compile-time kind: a captured dispatcher
-    would key numba's disk cache on a random id.)"""
-    group_block = int(BLOCK_BYTES[layout]) * GROUP
+    prange over groups of `width` rows, cache-sized token chunks outside. With gemv_tile
+    (Q4_K), the first tokens dots.gemm_tokens gives llama.cpp's repacked gemm take `tile`, the
+    rest gemv_tile. (The aux functions are called as globals under a compile-time kind: a
+    captured dispatcher would key numba's disk cache on a random id.)"""
+    group_block = int(BLOCK_BYTES[layout]) * width
     split = gemv_tile is not None
     gemv = gemv_tile if split else tile
 
@@ -209,8 +262,8 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
         for c0 in range(0, n_tokens, chunk):
             c1 = min(n_tokens, c0 + chunk)
             t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
-            for grp in numba.prange(n_rows // GROUP):
-                wg, og = wp + grp * group_bytes, op + 4 * GROUP * grp
+            for grp in numba.prange(n_rows // width):
+                wg, og = wp + grp * group_bytes, op + 4 * width * grp
                 if t1 > c0:
                     tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
                          t1 - c0, og + c0 * os, os)
@@ -224,49 +277,51 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None):
 # --- Q8_0 (and Q5_0 as Q8_0) -----------------------------------------------------------------
 
 @njit(**JIT, parallel=True)
-def _fill_q8_0(src, n_groups, n_blocks, out, flip):
-    """Q8_0_X8 from the Q8_0 rows in src, each quant byte xor flip (0x80: w + 128, unsigned);
-    False if a quant is -128 and kept signed."""
+def _fill_q8_0(src, n_groups, n_blocks, out, width, flip):
+    """Q8_0_X8/X16 from the Q8_0 rows in src, each quant byte xor flip (0x80: w + 128,
+    unsigned); False if a quant is -128 and kept signed."""
     bad = 0
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * 288
-            scales = out[o:o + 32].view(np.float32)
-            for r in range(GROUP):
-                p = ((grp * GROUP + r) * n_blocks + blk) * 34
+            o = (grp * n_blocks + blk) * 36 * width
+            scales = out[o:o + 4 * width].view(np.float32)
+            for r in range(width):
+                p = ((grp * width + r) * n_blocks + blk) * 34
                 scales[r] = f16_at(src, p)
                 for e in range(32):
                     q = src[p + 2 + e]
                     bad += q == 0x80
-                    out[o + 32 + 32 * (e // 4) + 4 * r + e % 4] = q ^ flip
+                    out[o + 4 * width * (1 + e // 4) + 4 * r + e % 4] = q ^ flip
     return bad == 0 or flip != 0
 
 
-def _block_q8_0(g, wb, tok, blk, acc):
-    """8 lane fmas over 8 rows. Without VNNI: pmaddubsw(|x|, w signed by x) and pmaddwd (aux
-    holds |x|). With VNNI the weights are stored as w + 128 (unsigned) and one vpdpbusd takes
-    them against the token's signed bytes, each lane's sum starting from -128 x the token's
-    sum over those 4 elements (aux): the same int32s without a psign, and a -128 quant is no
-    exception."""
-    b = g.b
-    scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
-    new = []
-    for lane in range(8):
-        w = g.load(wb, 32 + 32 * lane, V32I8)
-        if g.vnni:
-            ints = g.lanes(w, tok.lane(blk, lane), b.bitcast(tok.lane(blk, lane, tok.aux), V8I32))
-        else:
-            ints = g.lanes(tok.lane(blk, lane, tok.aux), g.psign(w, tok.lane(blk, lane)))
-        new.append(g.fma(scale, g.cvt(ints), acc[lane]))
-    return new
+def _block_q8_0(offset):
+    """8 lane fmas over the group's rows. offset=False: pmaddubsw(|x|, w signed by x) and
+    pmaddwd (aux holds |x|). offset=True: the weights are stored as w + 128 (unsigned) and one
+    vpdpbusd takes them against the token's signed bytes, each lane's sum starting from -128 x
+    the token's sum over those 4 elements (aux): the same int32s without a psign, and a -128
+    quant is no exception."""
+    def block(g, v, wb, tok, blk, acc):
+        b = g.b
+        scale = b.fmul(g.load(wb, 0, v.f32), tok.scale(blk))
+        new = []
+        for lane in range(8):
+            w = g.load(wb, 4 * v.n * (1 + lane), v.i8)
+            if offset:
+                ints = g.dpbusd(b.bitcast(tok.lane(blk, lane, tok.aux), v.i32), w, tok.lane(blk, lane))
+            else:
+                ints = g.lanes(tok.lane(blk, lane, tok.aux), g.psign(w, tok.lane(blk, lane)))
+            new.append(g.fma(scale, g.cvt(ints), acc[lane]))
+        return new
+    return block
 
 
-def _finish_q8_0(g, acc):
+def _finish_q8_0(g, v, acc):
     """hsum_float_8 of each row, lanes (0+4 + 2+6) + (1+5 + 3+7), then + 0.0 as the gemv's
     fold adds its (empty) leftover sum."""
     b = g.b
     s = [b.fadd(acc[i], acc[i + 4]) for i in range(4)]
-    return b.fadd(b.fadd(b.fadd(s[0], s[2]), b.fadd(s[1], s[3])), g.c(V8F32, 0.0))
+    return b.fadd(b.fadd(b.fadd(s[0], s[2]), b.fadd(s[1], s[3])), g.c(v.f32, 0.0))
 
 
 @njit(**JIT)
@@ -285,8 +340,8 @@ def abs_quants(xq, n_tokens, n_cols):
 @njit(**JIT)
 def group_sums(xq, n_tokens, n_cols, group, factor):
     """factor x each token's sums over its groups of `group` consecutive quants, int32
-    (n_tokens, n_cols // group): Q4_0_X8 takes 8 x the 32-element block sums, the offset
-    Q8_0_X8 -128 x the 4-element lane sums."""
+    (n_tokens, n_cols // group): Q4_0_X* take 8 x the 32-element block sums, the offset
+    Q8_0_X* -128 x the 4-element lane sums."""
     out = np.empty((n_tokens, n_cols // group), np.int32)
     for t in range(n_tokens):
         row = xq[t]
@@ -300,18 +355,26 @@ def group_sums(xq, n_tokens, n_cols, group, factor):
 
 # With VNNI the quants are stored offset (vpdpbusd sums u8 x s8 in int32, so w + 128 cannot
 # overflow a pair): a lane step is vpdpbusd, cvt and fma; without, psign, pmaddubsw, pmaddwd,
-# cvt and fma. Either way every int32 lane is ggml's.
-def q8_0_x8(vnni):
-    """(repack, kernel) of Q8_0_X8 in its form for a CPU with or without VNNI (tests build
-    the other form too: its instructions run on a VNNI CPU)."""
-    flip = 0x80 if vnni else 0
-    rep = _repacker(lambda src, n_groups, n_blocks, out: _fill_q8_0(src, n_groups, n_blocks, out, flip),
-                    Q8_0_X8, 32)
-    return rep, _kernel(Q8_0_X8, 32, AUX_LANE_OFFSETS if vnni else AUX_ABS,
-                        _tile("q8_0_x8", Q8_0_X8, 32, 8, _block_q8_0, _finish_q8_0, vnni=vnni))
+# cvt and fma. Either way every int32 lane is ggml's. The 16-row copy has only the offset form
+# (zmm has no psign), which is why it needs VNNI to be fast.
+def q8_0_x8(vnni, width=8, step=1):
+    """(repack, kernel) of Q8_0_X8 (width 8: in its form for a CPU with or without VNNI) or
+    Q8_0_X16 (width 16: the offset form; vpdpbusd in plain IR without VNNI). Tests build the
+    other forms too."""
+    offset = vnni or width == 16
+    layout = Q8_0_X16 if width == 16 else Q8_0_X8
+    flip = 0x80 if offset else 0
+    rep = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip),
+                    layout, 32, width)
+    tile = _tile("q8_0_x8", layout, 32, 8, _block_q8_0(offset), _finish_q8_0, vnni=vnni, width=width, step=step)
+    return rep, _kernel(layout, 32, AUX_LANE_OFFSETS if offset else AUX_ABS, tile, width=width)
 
 
 repack, kernel = q8_0_x8(HAS_VNNI)
+# Tokens a pass of the 16-row tiles, measured on a Zen 5 at T=512 (gemma3's shapes): Q8_0 2
+# (16 zmm accumulators; 1.1-1.5x one a pass, 3 spills), Q4_0 6 (1.5x), Q6_K 6 (2.1x), Q4_K 1
+# (more ran 0.5-0.7x: its sub-block sums already fill the registers).
+repack_x16, kernel_x16 = q8_0_x8(HAS_VNNI, width=16, step=2)
 
 
 # --- Q4_0 ------------------------------------------------------------------------------------
@@ -321,101 +384,105 @@ repack, kernel = q8_0_x8(HAS_VNNI)
 # [0, 15] as stored: vector v holds, for each row, lane v (elements 4v..4v+3) in the low
 # nibbles and lane v + 4 in the high ones. A mask and a shift unpack two lanes of 8 rows, so
 # the copy streams nearly the file's bytes and serves decode too (1.7-2.2x the file's gemv on
-# gemma3's shapes) while prefill keeps the speed of a byte a quant.
+# gemma3's shapes) while prefill keeps the speed of a byte a quant. Q4_0_X16 is the same for
+# 16 rows (320 bytes a block, zmm vectors).
 # llama.cpp multiplies Q4_0 weights whose rows come in eights with its repacked kernels, one
 # fma per pair and block of the exact integer sum (dots.dot_scalar), so the 8 lanes add up in
 # int16 (|sum| <= 8 * 2 * 15 * 127 < 2**15), one pmaddwd makes each row's sum of u * x, and
 # 8 * (the token's block sum) comes off it.
 
 @njit(**JIT, parallel=True)
-def _fill_q4_0(src, n_groups, n_blocks, out):
+def _fill_q4_0(src, n_groups, n_blocks, out, width):
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * 160
-            scales = out[o:o + 32].view(np.float32)
-            for r in range(GROUP):
-                p = ((grp * GROUP + r) * n_blocks + blk) * 18
+            o = (grp * n_blocks + blk) * 20 * width
+            scales = out[o:o + 4 * width].view(np.float32)
+            for r in range(width):
+                p = ((grp * width + r) * n_blocks + blk) * 18
                 scales[r] = f16_at(src, p)
                 for v in range(4):
                     for k in range(4):
                         lo = q_q4_0(src, p, 4 * v + k) + 8
                         hi = q_q4_0(src, p, 4 * (v + 4) + k) + 8
-                        out[o + 32 + 32 * v + 4 * r + k] = np.uint8(lo | (hi << 4))
+                        out[o + 4 * width * (1 + v) + 4 * r + k] = np.uint8(lo | (hi << 4))
     return True
 
 
-def _block_q4_0(g, wb, tok, blk, acc):
+def _block_q4_0(g, v, wb, tok, blk, acc):
     """One fma of the block's integer sum, 8 * the token's block sum (aux) taken off."""
     b = g.b
-    scale = b.fmul(g.load(wb, 0, V8F32), tok.scale(blk))
-    low = g.c(V32I8, 0x0F)
+    scale = b.fmul(g.load(wb, 0, v.f32), tok.scale(blk))
+    low = g.c(v.i8, 0x0F)
     sums = []     # int16 pairs of each packed vector, or with vnni its int32 lanes
-    for v in range(4):
-        packed = g.load(wb, 32 + 32 * v, V32I8)
-        high = b.bitcast(b.lshr(b.bitcast(packed, V16I16), g.c(V16I16, 4)), V32I8)
+    for k in range(4):
+        packed = g.load(wb, 4 * v.n * (1 + k), v.i8)
+        high = b.bitcast(b.lshr(b.bitcast(packed, v.i16), g.c(v.i16, 4)), v.i8)
         lo, hi = b.and_(packed, low), b.and_(high, low)
         if g.vnni:      # one vpdpbusd chain of 2 per packed vector: short enough for a gemv
-            sums.append(g.lanes(hi, tok.lane(blk, v + 4), g.lanes(lo, tok.lane(blk, v))))
+            sums.append(g.lanes(hi, tok.lane(blk, k + 4), g.lanes(lo, tok.lane(blk, k))))
         else:
-            sums.append(b.add(g.maddubs(lo, tok.lane(blk, v)), g.maddubs(hi, tok.lane(blk, v + 4))))
+            sums.append(b.add(g.maddubs(lo, tok.lane(blk, k)), g.maddubs(hi, tok.lane(blk, k + 4))))
     total = b.add(b.add(sums[0], sums[1]), b.add(sums[2], sums[3]))
-    offset = g.splat(g.load(tok.aux, b.mul(blk, g.c(I64, 4)), I32), 8)
+    offset = g.splat(g.load(tok.aux, b.mul(blk, g.c(I64, 4)), I32), v.n)
     if g.vnni:
         ints = b.sub(total, offset)
     else:
-        ints = b.sub(g.maddwd(total, g.c(V16I16, 1)), offset)
-    return [g.fma(b.sitofp(ints, V8F32), scale, acc[0])]
+        ints = b.sub(g.maddwd(total, g.c(v.i16, 1)), offset)
+    return [g.fma(b.sitofp(ints, v.f32), scale, acc[0])]
 
 
-def _finish_scalar(g, acc):
+def _finish_scalar(g, v, acc):
     """The repacked kernels' acc - their min sum (empty for Q4_0: 0.0)."""
-    return g.b.fsub(acc[0], acc[1] if len(acc) > 1 else g.c(V8F32, 0.0))
+    return g.b.fsub(acc[0], acc[1] if len(acc) > 1 else g.c(v.f32, 0.0))
 
 
-def q4_0_x8_kernel(vnni):
-    """The Q4_0_X8 kernel in its form for a CPU with or without VNNI (the layout is one)."""
-    return _kernel(Q4_0_X8, 32, AUX_BLOCK_SUMS8,
-                   _tile("q4_0_x8", Q4_0_X8, 32, 1, _block_q4_0, _finish_scalar, vnni=vnni))
+def q4_0_x8_kernel(vnni, width=8, step=1):
+    """The Q4_0_X8 (or, width 16, Q4_0_X16) kernel in its form for a CPU with or without
+    VNNI (the layout is one)."""
+    layout = Q4_0_X16 if width == 16 else Q4_0_X8
+    return _kernel(layout, 32, AUX_BLOCK_SUMS8,
+                   _tile("q4_0_x8", layout, 32, 1, _block_q4_0, _finish_scalar, vnni=vnni, width=width, step=step),
+                   width=width)
 
 
-repack_q4_0 = _repacker(_fill_q4_0, Q4_0_X8, 32)
+repack_q4_0 = _repacker(_fill_q4_0, Q4_0_X8, 32, 8)
 kernel_q4_0 = q4_0_x8_kernel(HAS_VNNI)
+repack_q4_0_x16 = _repacker(_fill_q4_0, Q4_0_X16, 32, 16)
+kernel_q4_0_x16 = q4_0_x8_kernel(HAS_VNNI, width=16, step=6)
 
 
 # --- Q4_K ------------------------------------------------------------------------------------
 #
-# Q4_K_X8: per group of 8 rows, per 256-element block (2496 bytes, 312 a row and block):
-#   0    d of the 8 rows, f32            32   dmin, f32
-#   64   the 8 sub-block scales: per sub-block 16 int16, row r's scale at 2r and 2r+1
-#   320  the mins: per 64-element chunk k 16 int16, row r's min of sub-blocks 2k, 2k+1 at 2r, 2r+1
-#   448  the quants (0..15, a byte each) in 64 lanes of 4 elements, 8 rows x 4 bytes a lane
-# The nibbles stay unsigned, so pmaddubsw takes them against the token's bytes as they are
-# (no psign), and a sub-block's 8 lanes add up in int16 (|sum| <= 8 * 2 * 15 * 128 < 2**15)
-# before one pmaddwd by the scales: ~2 operations a lane step against Q8_0's 5.
-
-_Q4K_SC, _Q4K_MIN, _Q4K_Q = 64, 320, 448
-
+# Q4_K_X8: per group of n = 8 rows, per 256-element block (312n = 2496 bytes):
+#   0     d of the n rows, f32            4n    dmin, f32
+#   8n    the 8 sub-block scales: per sub-block 2n int16, row r's scale at 2r and 2r+1
+#   40n   the mins: per 64-element chunk k 2n int16, row r's min of sub-blocks 2k, 2k+1 at 2r, 2r+1
+#   56n   the quants (0..15, a byte each) in 64 lanes of 4 elements, n rows x 4 bytes a lane
+# (Q4_K_X16: the same with n = 16.) The nibbles stay unsigned, so pmaddubsw takes them
+# against the token's bytes as they are (no psign), and a sub-block's 8 lanes add up in int16
+# (|sum| <= 8 * 2 * 15 * 128 < 2**15) before one pmaddwd by the scales: ~2 operations a lane
+# step against Q8_0's 5.
 
 @njit(**JIT, parallel=True)
-def _fill_q4_k(src, n_groups, n_blocks, out):
+def _fill_q4_k(src, n_groups, n_blocks, out, width):
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * 2496
-            d = out[o:o + 64].view(np.float32)
-            sc = out[o + _Q4K_SC:o + _Q4K_Q].view(np.int16)
-            for r in range(GROUP):
-                p = ((grp * GROUP + r) * n_blocks + blk) * 144
+            o = (grp * n_blocks + blk) * 312 * width
+            d = out[o:o + 8 * width].view(np.float32)
+            sc = out[o + 8 * width:o + 56 * width].view(np.int16)
+            for r in range(width):
+                p = ((grp * width + r) * n_blocks + blk) * 144
                 d[r] = f16_at(src, p)
-                d[8 + r] = f16_at(src, p + 2)
+                d[width + r] = f16_at(src, p + 2)
                 for j in range(8):
                     s, m = scale_min_k4(src, p + 4, j)
-                    sc[16 * j + 2 * r] = s
-                    sc[16 * j + 2 * r + 1] = s
-                    sc[128 + 16 * (j // 2) + 2 * r + j % 2] = m
+                    sc[2 * width * j + 2 * r] = s
+                    sc[2 * width * j + 2 * r + 1] = s
+                    sc[16 * width + 2 * width * (j // 2) + 2 * r + j % 2] = m
                 for e in range(256):
                     j = e // 32
                     q = (src[p + 16 + 32 * (j // 2) + e % 32] >> (4 * (j % 2))) & 0xF
-                    out[o + _Q4K_Q + 32 * (e // 4) + 4 * r + e % 4] = q
+                    out[o + 56 * width + 4 * width * (e // 4) + 4 * r + e % 4] = q
     return True
 
 
@@ -423,30 +490,30 @@ def _block_q4_k(chunks):
     """chunks=4 folds as llama.cpp's repacked gemm (ggml_gemm_q4_K_8x8_q8_K: one fma per
     64-element chunk), chunks=1 as its repacked gemv (one per block); both as dots.dot_scalar,
     ints and mins in their own sums (aux: the token's sums over 32 elements, int16)."""
-    def block(g, wb, tok, blk, acc):
-        b = g.b
+    def block(g, v, wb, tok, blk, acc):
+        b, n = g.b, v.n
         acc_s, acc_m = acc
         dx = tok.scale(blk)
-        d, dmin = b.fmul(g.load(wb, 0, V8F32), dx), b.fmul(g.load(wb, 32, V8F32), dx)
+        d, dmin = b.fmul(g.load(wb, 0, v.f32), dx), b.fmul(g.load(wb, 4 * n, v.f32), dx)
         ints, mins = [], []
         for k in range(4):
             chunk = None
             for sub in (2 * k, 2 * k + 1):
                 sum16 = None
                 for lane in range(8 * sub, 8 * sub + 8):
-                    p16 = g.maddubs(g.load(wb, _Q4K_Q + 32 * lane, V32I8), tok.lane(blk, lane))
+                    p16 = g.maddubs(g.load(wb, 56 * n + 4 * n * lane, v.i8), tok.lane(blk, lane))
                     sum16 = p16 if sum16 is None else b.add(sum16, p16)
-                v = g.maddwd(sum16, g.load(wb, _Q4K_SC + 32 * sub, V16I16))
-                chunk = v if chunk is None else b.add(chunk, v)
-            pair = g.load(tok.aux, b.add(b.mul(blk, g.c(I64, 16)), g.c(I64, 4 * k)), I32)
+                s32 = g.maddwd(sum16, g.load(wb, 8 * n + 4 * n * sub, v.i16))
+                chunk = s32 if chunk is None else b.add(chunk, s32)
             ints.append(chunk)
-            mins.append(g.maddwd(g.load(wb, _Q4K_MIN + 32 * k, V16I16), b.bitcast(g.splat(pair, 8), V16I16)))
+            pair = tok.pair(b.add(b.mul(blk, g.c(I64, 16)), g.c(I64, 4 * k)))
+            mins.append(g.maddwd(g.load(wb, 40 * n + 4 * n * k, v.i16), pair))
         if chunks == 1:
             ints = [b.add(b.add(ints[0], ints[1]), b.add(ints[2], ints[3]))]
             mins = [b.add(b.add(mins[0], mins[1]), b.add(mins[2], mins[3]))]
         for i, m in zip(ints, mins):
-            acc_s = g.fma(b.sitofp(i, V8F32), d, acc_s)
-            acc_m = g.fma(b.sitofp(m, V8F32), dmin, acc_m)
+            acc_s = g.fma(b.sitofp(i, v.f32), d, acc_s)
+            acc_m = g.fma(b.sitofp(m, v.f32), dmin, acc_m)
         return [acc_s, acc_m]
     return block
 
@@ -461,67 +528,75 @@ def bsums32(xa, n_tokens, n_cols):
     return out
 
 
-repack_q4_k = _repacker(_fill_q4_k, Q4_K_X8, 256)
-kernel_q4_k = _kernel(Q4_K_X8, 256, AUX_BSUMS32,
-                      _tile("q4_k_x8_gemm", Q4_K_X8, 256, 2, _block_q4_k(4), _finish_scalar),
-                      _tile("q4_k_x8_gemv", Q4_K_X8, 256, 2, _block_q4_k(1), _finish_scalar))
+def q4_k_x8_kernel(width=8, step=1):
+    """The Q4_K_X8 (or, width 16, Q4_K_X16) kernel: the repacked gemm's tile, the gemv's for
+    the tokens past it."""
+    layout = Q4_K_X16 if width == 16 else Q4_K_X8
+    return _kernel(layout, 256, AUX_BSUMS32,
+                   _tile("q4_k_x8_gemm", layout, 256, 2, _block_q4_k(4), _finish_scalar, width=width, step=step),
+                   _tile("q4_k_x8_gemv", layout, 256, 2, _block_q4_k(1), _finish_scalar, width=width),
+                   width=width)
+
+
+repack_q4_k = _repacker(_fill_q4_k, Q4_K_X8, 256, 8)
+kernel_q4_k = q4_k_x8_kernel()
+repack_q4_k_x16 = _repacker(_fill_q4_k, Q4_K_X16, 256, 16)
+kernel_q4_k_x16 = q4_k_x8_kernel(width=16)
 
 
 # --- Q6_K ------------------------------------------------------------------------------------
 #
-# Q6_K_X8: per group of 8 rows, per 256-element block (2848 bytes, 356 a row and block):
-#   0    d of the 8 rows, f32
-#   32   the 16 sub-block scales: per sub-block 16 int16, row r's scale at 2r and 2r+1
-#   544  the scales again in pairs: per i 16 int16, row r's scales 2i, 2i+1 at 2r, 2r+1
-#   800  the quants (0..63, unsigned as stored) in 64 lanes of 4 elements, 8 rows x 4 bytes
-# Only llama.cpp's tiled fold (batches of TILED_MIN_TOKENS or more) is spelt here:
+# Q6_K_X8: per group of n = 8 rows, per 256-element block (356n = 2848 bytes):
+#   0     d of the n rows, f32
+#   4n    the 16 sub-block scales: per sub-block 2n int16, row r's scale at 2r and 2r+1
+#   68n   the scales again in pairs: per i 2n int16, row r's scales 2i, 2i+1 at 2r, 2r+1
+#   100n  the quants (0..63, unsigned as stored) in 64 lanes of 4 elements, n rows x 4 bytes
+# (Q6_K_X16: the same with n = 16.) Only llama.cpp's tiled fold (batches of
+# TILED_MIN_TOKENS or more) is spelt here:
 #   s = sum_j sc_j * sum (q - 32) x = sum_j sc_j * sum q x - 32 * sum_j sc_j * bsum16_j,
 #   res = f32(s) * d, acc = fma(res, dx, acc)   (dots.dot_tiled)
 # pmaddubsw takes the unsigned quants as they are; two lanes add up in int16
 # (|sum| <= 2 * 2 * 63 * 128 < 2**15) before a pmaddwd by the scale.
 
-_Q6K_SC, _Q6K_SC2, _Q6K_Q = 32, 544, 800
-
-
 @njit(**JIT, parallel=True)
-def _fill_q6_k(src, n_groups, n_blocks, out):
+def _fill_q6_k(src, n_groups, n_blocks, out, width):
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
-            o = (grp * n_blocks + blk) * 2848
-            d = out[o:o + 32].view(np.float32)
-            sc = out[o + _Q6K_SC:o + _Q6K_Q].view(np.int16)
-            for r in range(GROUP):
-                p = ((grp * GROUP + r) * n_blocks + blk) * 210
+            o = (grp * n_blocks + blk) * 356 * width
+            d = out[o:o + 4 * width].view(np.float32)
+            sc = out[o + 4 * width:o + 100 * width].view(np.int16)
+            for r in range(width):
+                p = ((grp * width + r) * n_blocks + blk) * 210
                 d[r] = f16_at(src, p + 208)
                 for j in range(16):
-                    v = np.int16(np.int8(src[p + 192 + j]))
-                    sc[16 * j + 2 * r] = v
-                    sc[16 * j + 2 * r + 1] = v
-                    sc[256 + 16 * (j // 2) + 2 * r + j % 2] = v
+                    s = np.int16(np.int8(src[p + 192 + j]))
+                    sc[2 * width * j + 2 * r] = s
+                    sc[2 * width * j + 2 * r + 1] = s
+                    sc[32 * width + 2 * width * (j // 2) + 2 * r + j % 2] = s
                 for e in range(256):
-                    out[o + _Q6K_Q + 32 * (e // 4) + 4 * r + e % 4] = np.uint8(q_q6_k(src, p, e))
+                    out[o + 100 * width + 4 * width * (e // 4) + 4 * r + e % 4] = np.uint8(q_q6_k(src, p, e))
     return True
 
 
-def _block_q6_k(g, wb, tok, blk, acc):
+def _block_q6_k(g, v, wb, tok, blk, acc):
     """The tiled fold of one block (aux: the token's Q8_K sums over 16 elements, int16)."""
-    b = g.b
+    b, n = g.b, v.n
     total = None
     for sub in range(16):
         for half in (0, 1):
             sum16 = None
             for lane in range(4 * sub + 2 * half, 4 * sub + 2 * half + 2):
-                p16 = g.maddubs(g.load(wb, _Q6K_Q + 32 * lane, V32I8), tok.lane(blk, lane))
+                p16 = g.maddubs(g.load(wb, 100 * n + 4 * n * lane, v.i8), tok.lane(blk, lane))
                 sum16 = p16 if sum16 is None else b.add(sum16, p16)
-            v = g.maddwd(sum16, g.load(wb, _Q6K_SC + 32 * sub, V16I16))
-            total = v if total is None else b.add(total, v)
+            s32 = g.maddwd(sum16, g.load(wb, 4 * n + 4 * n * sub, v.i16))
+            total = s32 if total is None else b.add(total, s32)
     corr = None
     for i in range(8):
-        pair = g.load(tok.aux, b.add(b.mul(blk, g.c(I64, 32)), g.c(I64, 4 * i)), I32)
-        v = g.maddwd(g.load(wb, _Q6K_SC2 + 32 * i, V16I16), b.bitcast(g.splat(pair, 8), V16I16))
-        corr = v if corr is None else b.add(corr, v)
-    ints = b.sub(total, b.shl(corr, g.c(V8I32, 5)))
-    res = b.fmul(b.sitofp(ints, V8F32), g.load(wb, 0, V8F32))
+        pair = tok.pair(b.add(b.mul(blk, g.c(I64, 32)), g.c(I64, 4 * i)))
+        s32 = g.maddwd(g.load(wb, 68 * n + 4 * n * i, v.i16), pair)
+        corr = s32 if corr is None else b.add(corr, s32)
+    ints = b.sub(total, b.shl(corr, g.c(v.i32, 5)))
+    res = b.fmul(b.sitofp(ints, v.f32), g.load(wb, 0, v.f32))
     return [g.fma(res, tok.scale(blk), acc[0])]
 
 
@@ -535,14 +610,27 @@ def bsums16(xa, n_tokens, n_cols):
     return out
 
 
-repack_q6_k = _repacker(_fill_q6_k, Q6_K_X8, 256)
-kernel_q6_k = _kernel(Q6_K_X8, 256, AUX_BSUMS16,
-                      _tile("q6_k_x8_tiled", Q6_K_X8, 256, 1, _block_q6_k, lambda g, acc: acc[0]))
+def q6_k_x8_kernel(width=8, step=1):
+    """The Q6_K_X8 (or, width 16, Q6_K_X16) kernel: llama.cpp's tiled fold."""
+    layout = Q6_K_X16 if width == 16 else Q6_K_X8
+    return _kernel(layout, 256, AUX_BSUMS16,
+                   _tile("q6_k_x8_tiled", layout, 256, 1, _block_q6_k, lambda g, v, acc: acc[0], width=width,
+                         step=step),
+                   width=width)
 
 
-# The file formats with an 8-row prefill layout: qtype -> (layout, repack). Q5_0 takes Q8_0's
+repack_q6_k = _repacker(_fill_q6_k, Q6_K_X8, 256, 8)
+kernel_q6_k = q6_k_x8_kernel()
+repack_q6_k_x16 = _repacker(_fill_q6_k, Q6_K_X16, 256, 16)
+kernel_q6_k_x16 = q6_k_x8_kernel(width=16, step=6)
+
+
+# The file formats with copies: (qtype, copy name) -> (layout, repack). Q5_0 takes Q8_0's
 # through its Q8_0 copy (quants.q5_0_as_q8_0).
-LAYOUTS = {Q8_0: (Q8_0_X8, repack), Q4_0: (Q4_0_X8, repack_q4_0), Q4_K: (Q4_K_X8, repack_q4_k),
-           Q6_K: (Q6_K_X8, repack_q6_k)}
+COPIES = {(Q8_0, "x8"): (Q8_0_X8, repack), (Q4_0, "x8"): (Q4_0_X8, repack_q4_0),
+          (Q4_K, "x8"): (Q4_K_X8, repack_q4_k), (Q6_K, "x8"): (Q6_K_X8, repack_q6_k),
+          (Q8_0, "x16"): (Q8_0_X16, repack_x16), (Q4_0, "x16"): (Q4_0_X16, repack_q4_0_x16),
+          (Q4_K, "x16"): (Q4_K_X16, repack_q4_k_x16), (Q6_K, "x16"): (Q6_K_X16, repack_q6_k_x16)}
 # layout -> the kernel that multiplies a copy in it (matmul's dispatch, the tuner's races)
-KERNELS = {Q8_0_X8: kernel, Q4_0_X8: kernel_q4_0, Q4_K_X8: kernel_q4_k, Q6_K_X8: kernel_q6_k}
+KERNELS = {Q8_0_X8: kernel, Q4_0_X8: kernel_q4_0, Q4_K_X8: kernel_q4_k, Q6_K_X8: kernel_q6_k,
+           Q8_0_X16: kernel_x16, Q4_0_X16: kernel_q4_0_x16, Q4_K_X16: kernel_q4_k_x16, Q6_K_X16: kernel_q6_k_x16}

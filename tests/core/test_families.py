@@ -8,7 +8,8 @@ import pytest
 
 from dasllama.core import Model, load
 from dasllama.core.model import BATCH_MAX, prefill_copies
-from dasllama.kernels.quants import Q4_0_X8, Q4_K_X8, Q6_K, Q6_K_X8, Q8_0, Q8_0_X8
+from dasllama.kernels import quants as Q, sidecar, x8
+from dasllama.kernels.quants import Q6_K, Q8_0
 from dasllama.kernels.cpu import probe
 from tests.gguf_factory import ARCHES
 from tests.parity import compare_greedy
@@ -38,17 +39,21 @@ def test_formats(tiny_model, llama_bin, arch, qtype):
     _check(tiny_model, llama_bin, arch, qtype)
 
 
-@pytest.mark.parametrize("qtype,layout", [("Q5_0", Q8_0_X8), ("Q8_0", Q8_0_X8), ("Q4_0", Q4_0_X8),
-                                          ("Q4_K", Q4_K_X8), ("Q6_K", Q6_K_X8)])
-def test_prefill_copies_change_no_logit(tiny_model, qtype, layout):
-    # prefill multiplies copies of Q5_0 and Q8_0 weights in the 8-row Q8_0_X8 layout, of Q4_0,
-    # Q4_K and Q6_K in their X8 layouts (same integers, same folds), and decode those of Q8_0
-    # and Q4_0; the other decodes, batches under 8 with Q6_K and the model without copies use
-    # the file's blocks: every logit must agree bit for bit
+@pytest.mark.parametrize("qtype", ["Q5_0", "Q8_0", "Q4_0", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("copy", ["x8", "x16"])
+def test_prefill_copies_change_no_logit(tiny_model, monkeypatch, qtype, copy):
+    # with the layout pinned to a copy, prefill multiplies copies of Q5_0 and Q8_0 weights in
+    # the Q8_0_X8/X16 layout, of Q4_0, Q4_K and Q6_K in their own (same integers, same folds),
+    # and decode those of Q8_0, Q5_0 and Q4_0; the other decodes, batches under 8 with Q6_K
+    # and the model without copies use the file's blocks: every logit must agree bit for bit
+    if copy == "x16" and not x8.HAS_X16:
+        pytest.skip("the 16-row copies run on CPUs with AVX-512 and VNNI (test_matmul checks their bits anywhere)")
+    monkeypatch.setenv(sidecar.PIN_ENV, f"{qtype}={copy}")
     path = tiny_model("llama", qtype)
     ids = list(range(5, 40))
     with_copy = Model(path, n_ctx=256, n_threads=2)
     without = Model(path, n_ctx=256, n_threads=2, prefill_copy=False)
+    layout = x8.copy_layout(getattr(Q, qtype), 16, copy)
     assert (with_copy.ptab[..., 1] == layout).any() and (without.ptab[..., 1] < 0).all()
     np.testing.assert_array_equal(with_copy.eval(ids, all_logits=True), without.eval(ids, all_logits=True))
     np.testing.assert_array_equal(with_copy.eval([7]), without.eval([7]))
@@ -70,6 +75,10 @@ def test_the_layouts_say_which_batches_take_a_copy(tiny_model):
     assert served("file", "x8") == {(2, BATCH_MAX)}
     assert served("x8", "file") == {(1, 1)}
     assert served("file", "file") == set()
+    if x8.HAS_X16:      # a phase each: two copies of one weight
+        assert served("x8", "x16") == {(1, 1), (2, BATCH_MAX)}
+    else:               # not offered here: no copy in that layout is made
+        assert served("x8", "x16") == {(1, 1)}
     q6 = Model(tiny_model("llama", "Q6_K"), n_ctx=64, n_threads=2)
     assert served("x8", "x8", Q6_K, q6) == {(8, BATCH_MAX)}
 

@@ -205,26 +205,52 @@ def _without_minus_128(w):
     return w
 
 
+def _multiply_copy(qtype, w, n_rows, n_cols, bufs, n_tokens, copy, kernel=None):
+    """The product through the `copy` ("x8", "x16") of w: the kernel of its layout (the
+    16-row ones run anywhere, their zmm operations spelt in plain IR without AVX-512)."""
+    layout = x8.copy_layout(qtype, n_rows, copy)
+    packed = x8.make_copy(qtype, w, n_rows, n_cols, name=copy)
+    assert packed.size == n_rows * Q.row_bytes(layout, n_cols)
+    got = np.full((n_tokens, n_rows), np.nan, np.float32)
+    (kernel or x8.KERNELS[layout])(packed, n_rows, n_cols, *bufs, n_tokens, got)
+    return got
+
+
+# (rows, tokens) per copy: the 16-row copy's tiles take tokens two by two, then one
+_COPY_CASES = {"x8": [(8, 1), (16, 5), (24, 33), (64, 130)], "x16": [(16, 1), (16, 6), (48, 33), (64, 130)]}
+
+
 @pytest.mark.parametrize("source", ["Q8_0", "Q5_0"])
-@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (16, 5), (24, 33), (64, 130)])
-def test_q8_0_x8_copy_multiplies_bit_for_bit_alike(source, n_rows, n_tokens):
-    # the prefill layout of model.prefill_copies: 8 rows a vector, the token's bytes broadcast
+@pytest.mark.parametrize("copy,n_rows,n_tokens", [(c, r, t) for c, cases in _COPY_CASES.items() for r, t in cases])
+def test_q8_0_copies_multiply_bit_for_bit_alike(source, copy, n_rows, n_tokens):
+    # the copies of model.prefill_copies: 8 or 16 rows a vector, the token's bytes broadcast
     qtype = getattr(Q, source)
     w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=n_rows + n_tokens)
-    q8 = _without_minus_128(w) if qtype == Q.Q8_0 else Q.q5_0_as_q8_0(w)
+    w = _without_minus_128(w) if qtype == Q.Q8_0 else w
     ref, bufs = _ref(qtype, w, x)
-    copy = x8.repack(q8, n_rows, x.shape[1])
-    assert copy.size == n_rows * Q.row_bytes(Q.Q8_0_X8, x.shape[1])
-    got = np.full_like(ref, np.nan)
-    M.matmul(Q.Q8_0_X8, copy, n_rows, x.shape[1], *bufs, n_tokens, got)
+    got = _multiply_copy(qtype, w, n_rows, x.shape[1], bufs, n_tokens, copy)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-@pytest.mark.parametrize("n_rows,n_tokens", [(8, 1), (24, 33)])
-def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(n_rows, n_tokens):
+def test_the_engine_dispatches_the_copies_it_makes():
+    # matmul (the forward's) runs each layout's kernel where this CPU is offered the copy
+    w, x = _case(Q.Q8_0, n_rows=32, n_tokens=7, seed=2)
+    ref, bufs = _ref(Q.Q8_0, _without_minus_128(w), x)
+    for copy in ["x8", "x16"] if x8.HAS_X16 else ["x8"]:
+        got = _multiply_copy(Q.Q8_0, w, 32, x.shape[1], bufs, 7, copy, kernel=lambda *a: M.matmul(
+            x8.copy_layout(Q.Q8_0, 32, copy), *a))
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), copy)
+
+
+@pytest.mark.parametrize("width,step,n_rows,n_tokens", [(8, 1, 8, 1), (8, 2, 24, 33), (8, 3, 16, 5),
+                                                        (16, 1, 16, 5), (16, 2, 32, 33), (16, 3, 16, 7)])
+def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(width, step, n_rows, n_tokens):
     # the pmaddubsw forms (CPUs without VNNI) and the vpdpbusd forms are both ggml's int32
-    # lanes; a VNNI CPU runs both, so each is held to the reference here
+    # lanes, however many tokens share a pass over the blocks; a VNNI CPU runs both, so each
+    # is held to the reference here (Q8_0_X16 has only the vpdpbusd form, spelt in plain IR
+    # without VNNI)
     forms = [False, True] if simd.HAS_VNNI else [False]
+    copy = f"x{width}"
     for source, n_cols in (("Q8_0", 256), ("Q4_0", 512)):
         qtype = getattr(Q, source)
         w, x = _case(qtype, n_rows=n_rows, n_cols=n_cols, n_tokens=n_tokens, seed=n_rows)
@@ -232,40 +258,58 @@ def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(n_rows, n_tokens)
         ref, bufs = _ref(qtype, w, x)
         for vnni in forms:
             if qtype == Q.Q8_0:
-                repack, kernel = x8.q8_0_x8(vnni)
+                repack, kernel = x8.q8_0_x8(vnni, width, step)
+                packed = repack(w, n_rows, n_cols)
             else:
-                repack, kernel = x8.repack_q4_0, x8.q4_0_x8_kernel(vnni)
+                kernel = x8.q4_0_x8_kernel(vnni, width, step)
+                packed = x8.make_copy(qtype, w, n_rows, n_cols, name=copy)
             got = np.full_like(ref, np.nan)
-            kernel(repack(w, n_rows, n_cols), n_rows, n_cols, *bufs, n_tokens, got)
+            kernel(packed, n_rows, n_cols, *bufs, n_tokens, got)
             np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"{source} vnni={vnni}")
 
 
-# (format, its X8 copy, columns, token counts): Q4_K's first T - T % 4 tokens (T >= 4) fold as
-# llama.cpp's repacked gemm, the rest as its gemv; Q6_K_X8 spells only the tiled fold (T >= 8)
-_K_COPIES = [("Q4_0", "repack_q4_0", 512, [(8, 1), (16, 5), (24, 33), (64, 130)]),
-             ("Q4_K", "repack_q4_k", 1024, [(8, 1), (8, 3), (16, 4), (24, 5), (64, 13), (32, 130)]),
-             ("Q6_K", "repack_q6_k", 1024, [(8, 8), (16, 9), (24, 13), (64, 130)])]
+# (format, columns, (rows, tokens) per copy): Q4_K's first T - T % 4 tokens (T >= 4) fold as
+# llama.cpp's repacked gemm, the rest as its gemv; Q6_K_X* spell only the tiled fold (T >= 8)
+_K_COPIES = [("Q4_0", 512, {"x8": [(8, 1), (16, 5), (24, 33), (64, 130)], "x16": [(16, 1), (32, 5), (64, 33)]}),
+             ("Q4_K", 1024, {"x8": [(8, 1), (8, 3), (16, 4), (24, 5), (64, 13), (32, 130)],
+                             "x16": [(16, 3), (16, 4), (32, 13), (32, 130)]}),
+             ("Q6_K", 1024, {"x8": [(8, 8), (16, 9), (24, 13), (64, 130)], "x16": [(16, 8), (32, 9), (48, 13)]})]
 
 
-@pytest.mark.parametrize("source,repack,n_cols,n_rows,n_tokens",
-                         [(q, rp, c, r, t) for q, rp, c, shapes in _K_COPIES for r, t in shapes])
-def test_x8_copies_of_repacked_folds_multiply_bit_for_bit_alike(source, repack, n_cols, n_rows, n_tokens):
-    qtype, layout = getattr(Q, source), getattr(Q, source + "_X8")
+@pytest.mark.parametrize("source,n_cols,copy,n_rows,n_tokens",
+                         [(q, c, cp, r, t) for q, c, by_copy in _K_COPIES for cp, cases in by_copy.items()
+                          for r, t in cases])
+def test_copies_of_repacked_folds_multiply_bit_for_bit_alike(source, n_cols, copy, n_rows, n_tokens):
+    qtype = getattr(Q, source)
     w, x = _case(qtype, n_rows=n_rows, n_cols=n_cols, n_tokens=n_tokens, seed=n_rows + n_tokens)
     ref, bufs = _ref(qtype, w, x)
-    copy = getattr(x8, repack)(w, n_rows, n_cols)
-    assert copy.size == n_rows * Q.row_bytes(layout, n_cols)
-    got = np.full_like(ref, np.nan)
-    M.matmul(layout, copy, n_rows, n_cols, *bufs, n_tokens, got)
+    got = _multiply_copy(qtype, w, n_rows, n_cols, bufs, n_tokens, copy)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("step", [1, 3])
+def test_k_quant_copies_fold_alike_however_many_tokens_share_a_pass(step):
+    # Q4_K's tile passes its gemm tokens `step` at a time, its gemv tokens one at a time
+    w, x = _case(Q.Q4_K, n_rows=16, n_cols=512, n_tokens=14, seed=3)
+    ref, bufs = _ref(Q.Q4_K, w, x)
+    for width in (8, 16):
+        got = _multiply_copy(Q.Q4_K, w, 16, 512, bufs, 14, f"x{width}", kernel=x8.q4_k_x8_kernel(width, step))
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"x{width}")
+
+
 def test_which_batches_a_copy_folds_as_the_file_does():
-    assert x8.min_tokens(Q.Q6_K_X8) == 8 and x8.min_tokens(Q.Q4_K_X8) == 2
-    assert x8.min_tokens(Q.Q8_0_X8) == x8.min_tokens(Q.Q4_0_X8) == 1
+    assert x8.min_tokens(Q.Q6_K_X8) == x8.min_tokens(Q.Q6_K_X16) == 8
+    assert x8.min_tokens(Q.Q4_K_X8) == x8.min_tokens(Q.Q4_K_X16) == 2
+    assert x8.min_tokens(Q.Q8_0_X8) == x8.min_tokens(Q.Q4_0_X8) == x8.min_tokens(Q.Q8_0_X16) == 1
     assert x8.min_tokens(Q.Q8_0) == 2            # the plain Q8_0 copy of Q5_0 rows that do not group
     assert x8.copy_layout(Q.Q5_0, 16) == Q.Q8_0_X8 and x8.copy_layout(Q.Q5_0, 12) == Q.Q8_0
+    assert x8.copy_layout(Q.Q5_0, 32, "x16") == Q.Q8_0_X16 and x8.copy_layout(Q.Q5_0, 24, "x16") == Q.Q8_0
     assert x8.copy_layout(Q.Q4_K, 12) is None and x8.copy_layout(Q.Q4_1, 16) is None
+    assert x8.copy_layout(Q.Q6_K, 24, "x16") is None and x8.copy_layout(Q.Q6_K, 24) == Q.Q6_K_X8
+    # K-quant copies serve batches only; the 16-row ones only where this CPU runs them
+    assert x8.layout_choices(Q.Q4_K, "decode") == ()
+    assert x8.layout_choices(Q.Q4_K, "prefill") == ("file", "x8") + ("x16",) * x8.HAS_X16
+    assert x8.layout_choices(Q.Q5_0, "decode") == ("file", "x8") + ("x16",) * x8.HAS_X16
 
 
 def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
@@ -275,14 +319,16 @@ def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
     assert x8.repack(w, 16, 64) is not None
     w.reshape(-1, 34)[5, 9] = 0x80
     w.reshape(-1, 34)[17, 2:] = 0x80
+    x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
+    ref, bufs = _ref(Q.Q8_0, w, x)
     if not simd.HAS_VNNI:
         assert x8.repack(w, 16, 64) is None
     else:
-        x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
-        ref, bufs = _ref(Q.Q8_0, w, x)
         got = np.full_like(ref, np.nan)
         M.matmul(Q.Q8_0_X8, x8.repack(w, 16, 64), 16, 64, *bufs, 3, got)
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+    got = _multiply_copy(Q.Q8_0, w, 16, 64, bufs, 3, "x16")   # the 16-row copy is always offset
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
     assert x8.repack(random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
     assert x8.repack_q4_k(random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
     assert x8.repack_q6_k(random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None

@@ -102,16 +102,18 @@ def _nudged_copy(layout):
 @pytest.mark.parametrize("qtype, phase", [(Q4_0, "decode"), (Q4_0, "prefill"), (Q6_K, "prefill")])
 def test_the_gate_passes_the_copy_and_rejects_a_copy_kernel_one_ulp_off(qtype, phase):
     shape = T.Shape(qtype, phase, 64, 256, 1, random_weights(qtype, 64, 256, seed=4))
-    assert T.gate_copy(shape) is None
-    why = T.gate_copy(shape, kernel=_nudged_copy(shape.copy_layout))
-    assert "1 of" in why and "bit-exact" in why
+    assert shape.copies and shape.copies[0] == "x8"
+    for copy in shape.copies:       # x16 too where this CPU is offered it
+        assert T.gate_copy(shape, copy) is None
+        why = T.gate_copy(shape, copy, kernel=_nudged_copy(shape.copy_layout(copy)))
+        assert "1 of" in why and "bit-exact" in why
 
 
 def test_the_output_matrix_and_k_quant_decode_race_no_copy():
     w = random_weights(Q4_0, 64, 256, seed=4)
-    assert T.Shape(Q4_0, "decode", 64, 256, 1, w, copied=False).copy_layout is None
-    assert T.Shape(Q4_0, "decode", 64, 256, 1, w).copy_layout == x8.LAYOUTS[Q4_0][0]
-    assert T.Shape(Q6_K, "decode", 64, 256, 1, random_weights(Q6_K, 64, 256)).copy_layout is None
+    assert T.Shape(Q4_0, "decode", 64, 256, 1, w, copied=False).copies == []
+    assert T.Shape(Q4_0, "decode", 64, 256, 1, w).copy_layout("x8") == x8.COPIES[Q4_0, "x8"][0]
+    assert T.Shape(Q6_K, "decode", 64, 256, 1, random_weights(Q6_K, 64, 256)).copies == []
 
 
 def test_tune_races_the_copy_and_keeps_a_layout_per_type_and_phase():
@@ -122,7 +124,8 @@ def test_tune_races_the_copy_and_keeps_a_layout_per_type_and_phase():
     assert all(o.winner in sidecar.LAYOUT_NAMES and o.chosen_s > 0 for o in layouts.values())
     doc = json.loads(sidecar.sidecar_path().read_text())
     assert {e["key"][1]: "x8" in e["ms"] for e in doc["shapes"]} == {"decode": True, "prefill": True}
-    in_force, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, pin_text="")
+    assert all(("x16" in e["ms"]) == x8.HAS_X16 for e in doc["shapes"])
+    in_force, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, x8.layout_choices, pin_text="")
     for phase in PHASES:
         assert doc["winners"]["Q4_0"][f"{phase} layout"] == layouts[f"{phase} layout"].winner
         assert in_force[Q4_0, phase] == sidecar.Choice(layouts[f"{phase} layout"].winner, "sidecar")
@@ -280,13 +283,18 @@ def test_layouts_follow_the_same_precedence_and_name_what_they_skip(profile, tmp
     (tmp_path / "profiles" / "x86-avx2.json").write_text(json.dumps(
         {"winners": {"Q4_0": {"decode layout": "file"}, "Q4_K": {"prefill layout": "sideways"}}}))
     doc = {"winners": {"Q8_0": {"prefill layout": "file", "decode layout": "file"}}}
-    choices, notes = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, pin_text="Q8_0:decode=x8", doc=doc,
-                                             features=AVX2)
+    defaults = {**x8.LAYOUT_DEFAULTS, (Q4_K, "prefill"): "x8"}
+    choices, notes = sidecar.resolve_layouts(defaults, lambda q, p: ("file", "x8"),
+                                             pin_text="Q8_0:decode=x8,Q4_0:prefill=x16", doc=doc, features=AVX2)
     assert choices[Q8_0, "decode"] == sidecar.Choice("x8", "pin")
     assert choices[Q8_0, "prefill"] == sidecar.Choice("file", "sidecar")
     assert choices[Q4_0, "decode"] == sidecar.Choice("file", "profile x86-avx2")
     assert choices[Q4_K, "prefill"] == sidecar.Choice("x8", "default")
-    assert len(notes) == 1 and "'sideways' is not one of x8, file" in notes[0]
+    # a layout this CPU is not offered (x16 without AVX-512) is skipped, as a layout unknown
+    assert choices[Q4_0, "prefill"].source != "pin"
+    assert len(notes) == 2
+    assert any("'x16' is not one of file, x8 (the layouts offered here)" in n for n in notes)
+    assert any("'sideways' is not one of file, x8" in n for n in notes)
     # a layout pin is no kernel variant: the variants' resolution does not see it
     kernel_choices, kernel_notes = sidecar.resolve(VARIANTS, pin_text="Q8_0:decode=x8", doc={}, features=AVX2)
     assert kernel_choices[Q8_0, "decode"].source != "pin" and kernel_notes == []
