@@ -109,16 +109,16 @@ _kd_q3_k = _kp_q3_k = None
 _kd_q4_k = _kp_q4_k = None
 _kd_q5_k = _kp_q5_k = None
 _kd_q6_k = _kp_q6_k = None
-_k_q8_0_x8 = x8.kernel      # the copies' layouts (model.prefill_copies), one kernel each
-_k_q4_k_x8 = x8.kernel_q4_k
-_k_q6_k_x8 = x8.kernel_q6_k
-_k_q4_0_x8 = x8.kernel_q4_0
+_k_q8_0_x8 = x8.KERNELS[Q8_0_X8]      # the copies' layouts (model.prefill_copies), one kernel each
+_k_q4_k_x8 = x8.KERNELS[Q4_K_X8]
+_k_q6_k_x8 = x8.KERNELS[Q6_K_X8]
+_k_q4_0_x8 = x8.KERNELS[Q4_0_X8]
 # the 16-row copies' kernels where this CPU runs them; elsewhere no copy is made in their
 # layouts, and their names stand for the 8-row kernels, so nothing more is compiled
-_k_q8_0_x16 = x8.kernel_x16 if x8.HAS_X16 else x8.kernel
-_k_q4_k_x16 = x8.kernel_q4_k_x16 if x8.HAS_X16 else x8.kernel_q4_k
-_k_q6_k_x16 = x8.kernel_q6_k_x16 if x8.HAS_X16 else x8.kernel_q6_k
-_k_q4_0_x16 = x8.kernel_q4_0_x16 if x8.HAS_X16 else x8.kernel_q4_0
+_k_q8_0_x16 = x8.KERNELS[Q8_0_X16 if x8.HAS_X16 else Q8_0_X8]
+_k_q4_k_x16 = x8.KERNELS[Q4_K_X16 if x8.HAS_X16 else Q4_K_X8]
+_k_q6_k_x16 = x8.KERNELS[Q6_K_X16 if x8.HAS_X16 else Q6_K_X8]
+_k_q4_0_x16 = x8.KERNELS[Q4_0_X16 if x8.HAS_X16 else Q4_0_X8]
 
 
 def _bind_active():

@@ -27,7 +27,7 @@ results are bit for bit the plain kernels'.
 
 The product sign goes on the weights: pmaddubsw(|x|, sign(w by x)), with |x| computed once per
 call. That is exact while no weight quant is -128 (whose negation wraps); ggml's quantiser
-never writes one, and `repack` declines a matrix that has one, which then keeps the plain
+never writes one, and the 8-row repack declines a matrix that has one, which then keeps the plain
 layout.
 
 Layout (Q8_0_X8): per group of 8 rows, per block: the 8 rows' scales as f32 (32 bytes), then
@@ -54,6 +54,9 @@ from .simd import HAS_AVX512BW, HAS_VNNI
 # copy name -> rows a group: "x8" one ymm lane a row, "x16" one zmm lane a row (AVX-512)
 WIDTHS = {"x8": 8, "x16": 16}
 GROUP = max(WIDTHS.values())    # a row count that groups for every width
+# (file format, rows a group) -> the layout of its copy (Q5_0 goes through Q8_0's)
+LAYOUT_OF = {(Q8_0, 8): Q8_0_X8, (Q4_0, 8): Q4_0_X8, (Q4_K, 8): Q4_K_X8, (Q6_K, 8): Q6_K_X8,
+             (Q8_0, 16): Q8_0_X16, (Q4_0, 16): Q4_0_X16, (Q4_K, 16): Q4_K_X16, (Q6_K, 16): Q6_K_X16}
 # the 16-row copies run where the CPU has AVX-512 with VNNI (elsewhere their zmm operations
 # are spelt in plain IR: exact, for tests, not offered)
 HAS_X16 = HAS_VNNI and HAS_AVX512BW
@@ -362,19 +365,13 @@ def q8_0_x8(vnni, width=8, step=1):
     Q8_0_X16 (width 16: the offset form; vpdpbusd in plain IR without VNNI). Tests build the
     other forms too."""
     offset = vnni or width == 16
-    layout = Q8_0_X16 if width == 16 else Q8_0_X8
+    layout = LAYOUT_OF[Q8_0, width]
     flip = 0x80 if offset else 0
     rep = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip),
                     layout, 32, width)
     tile = _tile("q8_0_x8", layout, 32, 8, _block_q8_0(offset), _finish_q8_0, vnni=vnni, width=width, step=step)
     return rep, _kernel(layout, 32, AUX_LANE_OFFSETS if offset else AUX_ABS, tile, width=width)
 
-
-repack, kernel = q8_0_x8(HAS_VNNI)
-# Tokens a pass of the 16-row tiles, measured on a Zen 5 at T=512 (gemma3's shapes): Q8_0 2
-# (16 zmm accumulators; 1.1-1.5x one a pass, 3 spills), Q4_0 6 (1.5x), Q6_K 6 (2.1x), Q4_K 1
-# (more ran 0.5-0.7x: its sub-block sums already fill the registers).
-repack_x16, kernel_x16 = q8_0_x8(HAS_VNNI, width=16, step=2)
 
 
 # --- Q4_0 ------------------------------------------------------------------------------------
@@ -439,16 +436,11 @@ def _finish_scalar(g, v, acc):
 def q4_0_x8_kernel(vnni, width=8, step=1):
     """The Q4_0_X8 (or, width 16, Q4_0_X16) kernel in its form for a CPU with or without
     VNNI (the layout is one)."""
-    layout = Q4_0_X16 if width == 16 else Q4_0_X8
+    layout = LAYOUT_OF[Q4_0, width]
     return _kernel(layout, 32, AUX_BLOCK_SUMS8,
                    _tile("q4_0_x8", layout, 32, 1, _block_q4_0, _finish_scalar, vnni=vnni, width=width, step=step),
                    width=width)
 
-
-repack_q4_0 = _repacker(_fill_q4_0, Q4_0_X8, 32, 8)
-kernel_q4_0 = q4_0_x8_kernel(HAS_VNNI)
-repack_q4_0_x16 = _repacker(_fill_q4_0, Q4_0_X16, 32, 16)
-kernel_q4_0_x16 = q4_0_x8_kernel(HAS_VNNI, width=16, step=6)
 
 
 # --- Q4_K ------------------------------------------------------------------------------------
@@ -531,17 +523,12 @@ def bsums32(xa, n_tokens, n_cols):
 def q4_k_x8_kernel(width=8, step=1):
     """The Q4_K_X8 (or, width 16, Q4_K_X16) kernel: the repacked gemm's tile, the gemv's for
     the tokens past it."""
-    layout = Q4_K_X16 if width == 16 else Q4_K_X8
+    layout = LAYOUT_OF[Q4_K, width]
     return _kernel(layout, 256, AUX_BSUMS32,
                    _tile("q4_k_x8_gemm", layout, 256, 2, _block_q4_k(4), _finish_scalar, width=width, step=step),
                    _tile("q4_k_x8_gemv", layout, 256, 2, _block_q4_k(1), _finish_scalar, width=width),
                    width=width)
 
-
-repack_q4_k = _repacker(_fill_q4_k, Q4_K_X8, 256, 8)
-kernel_q4_k = q4_k_x8_kernel()
-repack_q4_k_x16 = _repacker(_fill_q4_k, Q4_K_X16, 256, 16)
-kernel_q4_k_x16 = q4_k_x8_kernel(width=16)
 
 
 # --- Q6_K ------------------------------------------------------------------------------------
@@ -612,25 +599,37 @@ def bsums16(xa, n_tokens, n_cols):
 
 def q6_k_x8_kernel(width=8, step=1):
     """The Q6_K_X8 (or, width 16, Q6_K_X16) kernel: llama.cpp's tiled fold."""
-    layout = Q6_K_X16 if width == 16 else Q6_K_X8
+    layout = LAYOUT_OF[Q6_K, width]
     return _kernel(layout, 256, AUX_BSUMS16,
                    _tile("q6_k_x8_tiled", layout, 256, 1, _block_q6_k, lambda g, v, acc: acc[0], width=width,
                          step=step),
                    width=width)
 
 
-repack_q6_k = _repacker(_fill_q6_k, Q6_K_X8, 256, 8)
-kernel_q6_k = q6_k_x8_kernel()
-repack_q6_k_x16 = _repacker(_fill_q6_k, Q6_K_X16, 256, 16)
-kernel_q6_k_x16 = q6_k_x8_kernel(width=16, step=6)
+# --- the copies: one (repack, kernel) per format and width, from the template -------------
+
+# Tokens a pass of the 16-row tiles, measured on a Zen 5 at T=512 (gemma3's shapes): Q8_0 2
+# (16 zmm accumulators; 1.1-1.5x one a pass, 3 spills), Q4_0 6 (1.5x), Q6_K 6 (2.1x), Q4_K 1
+# (more ran 0.5-0.7x: its sub-block sums already fill the registers). The 8-row tiles take
+# one (AVX2 has 16 registers).
+_STEPS = {Q8_0: 2, Q4_0: 6, Q4_K: 1, Q6_K: 6}
 
 
+def _copy(qtype, width):
+    """(layout, repack, kernel) of the `width`-row copy of `qtype` weights, in the form for
+    this CPU."""
+    layout, step = LAYOUT_OF[qtype, width], _STEPS[qtype] if width == 16 else 1
+    if qtype == Q8_0:
+        return (layout, *q8_0_x8(HAS_VNNI, width, step))
+    block_elems, fill, kernel = {Q4_0: (32, _fill_q4_0, lambda: q4_0_x8_kernel(HAS_VNNI, width, step)),
+                                 Q4_K: (256, _fill_q4_k, lambda: q4_k_x8_kernel(width, step)),
+                                 Q6_K: (256, _fill_q6_k, lambda: q6_k_x8_kernel(width, step))}[qtype]
+    return layout, _repacker(fill, layout, block_elems, width), kernel()
+
+
+_BUILT = {(qtype, name): _copy(qtype, width) for qtype in _STEPS for name, width in WIDTHS.items()}
 # The file formats with copies: (qtype, copy name) -> (layout, repack). Q5_0 takes Q8_0's
 # through its Q8_0 copy (quants.q5_0_as_q8_0).
-COPIES = {(Q8_0, "x8"): (Q8_0_X8, repack), (Q4_0, "x8"): (Q4_0_X8, repack_q4_0),
-          (Q4_K, "x8"): (Q4_K_X8, repack_q4_k), (Q6_K, "x8"): (Q6_K_X8, repack_q6_k),
-          (Q8_0, "x16"): (Q8_0_X16, repack_x16), (Q4_0, "x16"): (Q4_0_X16, repack_q4_0_x16),
-          (Q4_K, "x16"): (Q4_K_X16, repack_q4_k_x16), (Q6_K, "x16"): (Q6_K_X16, repack_q6_k_x16)}
+COPIES = {key: (layout, repack) for key, (layout, repack, _) in _BUILT.items()}
 # layout -> the kernel that multiplies a copy in it (matmul's dispatch, the tuner's races)
-KERNELS = {Q8_0_X8: kernel, Q4_0_X8: kernel_q4_0, Q4_K_X8: kernel_q4_k, Q6_K_X8: kernel_q6_k,
-           Q8_0_X16: kernel_x16, Q4_0_X16: kernel_q4_0_x16, Q4_K_X16: kernel_q4_k_x16, Q6_K_X16: kernel_q6_k_x16}
+KERNELS = {layout: kernel for layout, _, kernel in _BUILT.values()}

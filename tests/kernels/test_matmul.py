@@ -316,23 +316,23 @@ def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
     # -128 would wrap when the weights take the token's sign (psign, without VNNI): such a
     # matrix keeps its layout; stored as w + 128 (VNNI) it is a quant like any other
     w = _without_minus_128(random_weights(Q.Q8_0, 16, 64, seed=4))
-    assert x8.repack(w, 16, 64) is not None
+    assert x8.COPIES[Q.Q8_0, "x8"][1](w, 16, 64) is not None
     w.reshape(-1, 34)[5, 9] = 0x80
     w.reshape(-1, 34)[17, 2:] = 0x80
     x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
     ref, bufs = _ref(Q.Q8_0, w, x)
     if not simd.HAS_VNNI:
-        assert x8.repack(w, 16, 64) is None
+        assert x8.COPIES[Q.Q8_0, "x8"][1](w, 16, 64) is None
     else:
         got = np.full_like(ref, np.nan)
-        M.matmul(Q.Q8_0_X8, x8.repack(w, 16, 64), 16, 64, *bufs, 3, got)
+        M.matmul(Q.Q8_0_X8, x8.COPIES[Q.Q8_0, "x8"][1](w, 16, 64), 16, 64, *bufs, 3, got)
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
     got = _multiply_copy(Q.Q8_0, w, 16, 64, bufs, 3, "x16")   # the 16-row copy is always offset
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
-    assert x8.repack(random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
-    assert x8.repack_q4_k(random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
-    assert x8.repack_q6_k(random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None
-    assert x8.repack_q4_0(random_weights(Q.Q4_0, 12, 64, seed=4), 12, 64) is None
+    assert x8.COPIES[Q.Q8_0, "x8"][1](random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
+    assert x8.COPIES[Q.Q4_K, "x8"][1](random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
+    assert x8.COPIES[Q.Q6_K, "x8"][1](random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None
+    assert x8.COPIES[Q.Q4_0, "x8"][1](random_weights(Q.Q4_0, 12, 64, seed=4), 12, 64) is None
 
 
 def test_abs_quants():
