@@ -41,3 +41,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba", _sourc
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
 
 numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+
+from . import numba_cache  # noqa: E402
+
+numba_cache.install()  # processes running dasllama at once share that cache

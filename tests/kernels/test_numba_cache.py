@@ -1,0 +1,81 @@
+"""numba's disk cache shared by processes that compile at once (issue 27).
+
+Every matmul variant is a closure of one template function, so all of them share one cache
+index. numba's own save lets two processes take the same data file for different closures,
+and the index then sends one closure to the other's code; dasllama's kernels package replaces
+that save (kernels/numba_cache.py). Here processes compile closures of one function into one
+fresh cache at once, each save slowed so that their saves overlap, and a fresh process loads
+every closure back from the cache and runs it."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+N_PROCS, N_VARIANTS = 4, 8
+
+MODULE = """
+from numba import njit
+
+def make(k):
+    @njit(cache=True)
+    def f(x):
+        return x * k + k
+    return f
+"""
+
+# compiles closures k of `make`, with numba's save slowed between its steps
+WORKER = """
+import random, sys, time
+sys.path.insert(0, sys.argv[1])
+from dasllama.kernels import numba_cache
+from numba.core import caching
+if sys.argv[2] == "numba":
+    caching.IndexDataCacheFile.save = numba_cache.NUMBA_SAVE
+assert numba_cache.installed() == (sys.argv[2] == "dasllama")
+for step in ("_save_index", "_save_data"):
+    plain = getattr(caching.IndexDataCacheFile, step)
+    def slowed(self, *a, plain=plain):
+        time.sleep(random.uniform(0, 0.08))
+        return plain(self, *a)
+    setattr(caching.IndexDataCacheFile, step, slowed)
+import variants
+for k in map(int, sys.argv[3:]):
+    variants.make(k)(1.0)
+"""
+
+CHECK = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import dasllama.kernels, variants
+for k in range(int(sys.argv[2])):
+    f = variants.make(k)
+    got = f(1.0)
+    if sum(f.stats.cache_hits.values()) and got != 2 * k:
+        print(k, got)
+"""
+
+
+def wrong_loads(tmp_path, save):
+    """Closures whose cached code is another closure's, after N_PROCS processes saved at once."""
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "variants.py").write_text(textwrap.dedent(MODULE))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    ks = list(range(N_PROCS * N_VARIANTS))
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), save,
+                               *map(str, ks[p::N_PROCS])], env=env) for p in range(N_PROCS)]
+    assert all(p.wait(timeout=300) == 0 for p in procs)
+    out = subprocess.run([sys.executable, "-c", CHECK, str(tmp_path), str(len(ks))], env=env,
+                         capture_output=True, text=True, timeout=300, check=True)
+    return out.stdout.split("\n")[:-1]
+
+
+def test_numba_own_save_hands_a_closure_another_closures_code(tmp_path):
+    """The race is real: with numba's save, some closure runs another's code (a few rounds:
+    the schedule is the machine's)."""
+    assert any(wrong_loads(tmp_path / str(i), "numba") for i in range(3))
+
+
+def test_dasllama_save_keeps_every_closure_its_own_code(tmp_path):
+    assert wrong_loads(tmp_path, "dasllama") == []
