@@ -6,6 +6,7 @@ ftype; mel filters (n_mel, n_fft, then n_mel*n_fft f32); the BPE vocabulary (cou
 token its length and bytes); then tensors until the end: n_dims, name length, ggml type,
 ne[0..n_dims) (ne0 is the contiguous length), name, data.
 """
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +127,9 @@ def write(path, hparams, mel_filters, tokens, tensors):
     """Write a ggml .bin. tensors: (name, array) pairs; an array is f32 or f16 with numpy
     shape reversed(ne), or a `Tensor` holding quantized rows as they go to the file."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".part")
+    # a name of this process's own: two processes converting one model at once must not
+    # write into one file (the loser's reader would map a file still being rewritten)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
     with open(tmp, "wb") as f:
         f.write(struct.pack("<I", MAGIC))
         f.write(struct.pack(f"<{len(HPARAMS)}i", *(hparams[k] for k in HPARAMS)))

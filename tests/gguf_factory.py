@@ -4,6 +4,7 @@ Tensor names, shapes and metadata keys follow llama.cpp 0c1e570 (`conversion/*.p
 `src/models/<arch>.cpp`), so llama.cpp loads and runs each file; the tokenizer KVs come from a
 real vocab-only GGUF, so real text tokenizes. K-quants are made by `llama-quantize --pure`.
 """
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,7 @@ def write_model(path, arch: str, qtype: str = "F32", *, n_embd=None, n_layer=2, 
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".part")
+    tmp = out.with_suffix(f".{os.getpid()}.part")   # test sessions at once: one file each
     if is_k:
         _check_k_rows(arch, dims, qtype)
         base = write_model(path, arch, "F32", seed=seed, vocab_from=vocab, tied_output=tied, **dims)
