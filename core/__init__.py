@@ -5,10 +5,10 @@
     for piece in generate_text(model, "Once upon a time", n_predict=32, temp=0):
         print(piece, end="")
 """
-from .defaults import ModelNotFound, default_model_path
-from .generate import Token, generate, prompt_ids
-from .model import ContextFull, Model
-from .sampling import SamplerParams
+from .llm.defaults import ModelNotFound, default_model_path
+from .llm.generate import Token, generate, prompt_ids
+from .llm.model import ContextFull, Model
+from .llm.sampling import SamplerParams
 
 
 def load(path=None, n_ctx=None, n_threads=None, n_batch=512, quiet=False):

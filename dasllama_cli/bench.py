@@ -8,10 +8,21 @@ import shlex
 import click
 
 from dasllama.core import load
-from dasllama.core.bench import IDLE_WAIT_S, decode_bytes, read_bandwidth, run_bench, tests_for
-from dasllama.core.receipt import build_receipt, dasllama_commit, physical_cores, probe_hardware
-from dasllama.core.reference import ReferenceError, find_reference
-from dasllama.core.whisper import is_whisper_model
+from dasllama.core.tools.bench_llm import (
+    IDLE_WAIT_S,
+    decode_bytes,
+    read_bandwidth,
+    run_bench,
+    tests_for,
+)
+from dasllama.core.tools.receipt import (
+    build_receipt,
+    dasllama_commit,
+    physical_cores,
+    probe_hardware,
+)
+from dasllama.core.tools.ref_llama import ReferenceError, find_reference
+from dasllama.core.asr.model import is_whisper_model
 
 from .bench_asr import bench_asr
 from .bench_output import render

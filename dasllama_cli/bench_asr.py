@@ -6,12 +6,12 @@ import shlex
 
 import click
 
-from dasllama.core.asr_bench import run_asr_bench
-from dasllama.core.asr_verify import greedy_options
-from dasllama.core.receipt import build_receipt
-from dasllama.core.whisper import WhisperModel, default_model_path
-from dasllama.core.whisper_decode import check_language
-from dasllama.core.whisper_reference import WhisperCpp, check_available
+from dasllama.core.tools.bench_asr import run_asr_bench
+from dasllama.core.tools.verify_asr import greedy_options
+from dasllama.core.tools.receipt import build_receipt
+from dasllama.core.asr.model import WhisperModel, default_model_path
+from dasllama.core.asr.decode import check_language
+from dasllama.core.tools.ref_whisper import WhisperCpp, check_available
 
 from .bench_output import render
 from .verify_asr import ASR_ERRORS, load_clips, reference_model

@@ -4,8 +4,8 @@ import contextlib
 import click
 
 from dasllama.core import ContextFull, ModelNotFound
-from dasllama.core.chat import ChatTemplateError
-from dasllama.core.models import UnsupportedModel
+from dasllama.core.llm.chat import ChatTemplateError
+from dasllama.core.llm.families import UnsupportedModel
 from dasllama.formats.gguf import GGUFError
 
 USER_ERRORS = (GGUFError, UnsupportedModel, ModelNotFound, ContextFull, ChatTemplateError)

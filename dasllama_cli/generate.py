@@ -4,7 +4,8 @@ import sys
 
 import click
 
-from dasllama.core import SamplerParams, generate, load, prompt_ids
+from dasllama.core import SamplerParams, load, prompt_ids
+from dasllama.core.llm import generate
 
 from .errors import user_errors
 

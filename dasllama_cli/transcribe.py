@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from dasllama.core.whisper import WhisperModel, WhisperModelError, default_model_path
-from dasllama.core.whisper_decode import (DecodeOptions, TranscribeError, check_language,
-                                          transcribe)
+from dasllama.core.asr.model import WhisperModel, WhisperModelError, default_model_path
+from dasllama.core.asr.decode import DecodeOptions, TranscribeError, check_language, transcribe
 from dasllama.formats.audio import SAMPLE_RATE, AudioError, load
 
 FORMATS = ("txt", "srt", "vtt", "json", "tsv")

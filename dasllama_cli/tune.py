@@ -8,9 +8,9 @@ from tqdm import tqdm
 
 from dasllama import kernels
 from dasllama.core import default_model_path
-from dasllama.core.model import DECODE_LAYERS, prefer_threading_layers
+from dasllama.core.runtime.threads import DECODE_LAYERS, prefer_threading_layers
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import matmul, sidecar, x8
+from dasllama.kernels import matmul, sidecar, rowgroups
 from dasllama.kernels.tune import Noisy, model_shapes, tune
 
 from .errors import USER_ERRORS
@@ -117,7 +117,7 @@ def render_in_force(qtypes=None):
     """What runs for each weight type and phase, where that choice comes from, and what was
     refused or skipped on the way."""
     choices, notes = sidecar.resolve(matmul.VARIANTS)
-    layouts, layout_notes = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, x8.layout_choices)
+    layouts, layout_notes = sidecar.resolve_layouts(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices)
     doc, refusal = sidecar.read()
     rows = []
     named = [(key, key[1] if len(key) == 2 else sidecar.shape_key(*key[1:]), c) for key, c in choices.items()]

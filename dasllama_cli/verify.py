@@ -7,10 +7,16 @@ import os
 import click
 
 from dasllama.core import load
-from dasllama.core.reference import ReferenceError, find_reference
-from dasllama.core.verify import (DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, MAX_EXACT_STEPS, exact_drift,
-                                  find_drift, verify_prompt)
-from dasllama.core.whisper import is_whisper_model
+from dasllama.core.tools.ref_llama import ReferenceError, find_reference
+from dasllama.core.tools.verify_llm import (
+    DEFAULT_DRIFT_BOUND,
+    DEFAULT_TIE_GAP,
+    MAX_EXACT_STEPS,
+    exact_drift,
+    find_drift,
+    verify_prompt,
+)
+from dasllama.core.asr.model import is_whisper_model
 
 from .errors import USER_ERRORS
 from .verify_asr import verify_asr

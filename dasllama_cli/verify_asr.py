@@ -5,10 +5,10 @@ import os
 
 import click
 
-from dasllama.core.asr_verify import exit_code, greedy_options, overall, verify_clip
-from dasllama.core.whisper import WhisperModel, WhisperModelError, default_model_path
-from dasllama.core.whisper_decode import TranscribeError, check_language
-from dasllama.core.whisper_reference import WhisperCpp, WhisperCppError, check_available, ggml_bin
+from dasllama.core.tools.verify_asr import exit_code, greedy_options, overall, verify_clip
+from dasllama.core.asr.model import WhisperModel, WhisperModelError, default_model_path
+from dasllama.core.asr.decode import TranscribeError, check_language
+from dasllama.core.tools.ref_whisper import WhisperCpp, WhisperCppError, check_available, ggml_bin
 from dasllama.formats.audio import AudioError, load
 
 ASR_ERRORS = (WhisperModelError, WhisperCppError, AudioError, TranscribeError)

@@ -4,7 +4,7 @@ Importing this package points numba's on-disk cache at dasllama's own cache dir,
 kernels survive between runs (cold compile is seconds per kernel) without littering
 `__pycache__` in site-packages. numba invalidates a cached function only when its own source
 file changes, not when a kernel it calls does; so the cache lives in a folder named after a
-hash of every compiled source file (kernels/ and core/forward.py, the compiled decode step),
+hash of every compiled source file (kernels/ and core/llm/forward.py, the compiled decode step),
 and an edited or upgraded kernel never runs stale code.
 """
 import hashlib
@@ -21,11 +21,11 @@ def _source_hash():
     h = hashlib.sha256()
     # the tuner's own files compile nothing the decode step links in (cpu.py does: the
     # features it reads fix constants compiled into the kernels, such as ops.EXP_LANES)
-    files = sorted(f for f in Path(__file__).parent.glob("*.py")
+    files = sorted(f for f in Path(__file__).parent.rglob("*.py")
                    if f.name not in ("tune.py", "sidecar.py", "bench_matmul.py"))
-    core = importlib.util.find_spec("dasllama.core")
+    core = importlib.util.find_spec("dasllama.core")   # the spec only: core's import needs us
     if core is not None and core.submodule_search_locations:
-        files += [Path(p) / "forward.py" for p in core.submodule_search_locations]
+        files += [Path(p) / "llm" / "forward.py" for p in core.submodule_search_locations]
     for f in files:
         if f.exists():
             h.update(f.name.encode())

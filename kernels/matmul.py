@@ -20,7 +20,7 @@ import numpy as np
 import numba
 from numba import njit
 
-from . import sidecar, simd, x8
+from . import sidecar, simd, rowgroups
 from .actq import act_buffers, act_kind, quantize_act
 from .dots import PATH_VEC, dot_ref, gemm_tokens
 from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_0_X8, Q4_0_X16, Q4_1, Q4_K,
@@ -109,16 +109,16 @@ _kd_q3_k = _kp_q3_k = None
 _kd_q4_k = _kp_q4_k = None
 _kd_q5_k = _kp_q5_k = None
 _kd_q6_k = _kp_q6_k = None
-_k_q8_0_x8 = x8.KERNELS[Q8_0_X8]      # the copies' layouts (model.prefill_copies), one kernel each
-_k_q4_k_x8 = x8.KERNELS[Q4_K_X8]
-_k_q6_k_x8 = x8.KERNELS[Q6_K_X8]
-_k_q4_0_x8 = x8.KERNELS[Q4_0_X8]
+_k_q8_0_x8 = rowgroups.KERNELS[Q8_0_X8]      # the copies' layouts (model.prefill_copies), one kernel each
+_k_q4_k_x8 = rowgroups.KERNELS[Q4_K_X8]
+_k_q6_k_x8 = rowgroups.KERNELS[Q6_K_X8]
+_k_q4_0_x8 = rowgroups.KERNELS[Q4_0_X8]
 # the 16-row copies' kernels where this CPU runs them; elsewhere no copy is made in their
 # layouts, and their names stand for the 8-row kernels, so nothing more is compiled
-_k_q8_0_x16 = x8.KERNELS[Q8_0_X16 if x8.HAS_X16 else Q8_0_X8]
-_k_q4_k_x16 = x8.KERNELS[Q4_K_X16 if x8.HAS_X16 else Q4_K_X8]
-_k_q6_k_x16 = x8.KERNELS[Q6_K_X16 if x8.HAS_X16 else Q6_K_X8]
-_k_q4_0_x16 = x8.KERNELS[Q4_0_X16 if x8.HAS_X16 else Q4_0_X8]
+_k_q8_0_x16 = rowgroups.KERNELS[Q8_0_X16 if rowgroups.HAS_X16 else Q8_0_X8]
+_k_q4_k_x16 = rowgroups.KERNELS[Q4_K_X16 if rowgroups.HAS_X16 else Q4_K_X8]
+_k_q6_k_x16 = rowgroups.KERNELS[Q6_K_X16 if rowgroups.HAS_X16 else Q6_K_X8]
+_k_q4_0_x16 = rowgroups.KERNELS[Q4_0_X16 if rowgroups.HAS_X16 else Q4_0_X8]
 
 
 def _bind_active():
@@ -143,7 +143,7 @@ def _build_matmul():
         quantize_act (T rows used); every array row-contiguous (out[t] and xq[t] plain rows).
         One token runs the decode variant of the format, more the prefill variant."""
         _ = selection  # noqa: F841  (the cache key, see above)
-        if qtype == Q8_0_X8:        # the copies' layouts, any token count (x8.min_tokens)
+        if qtype == Q8_0_X8:        # the copies' layouts, any token count (rowgroups.min_tokens)
             _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         elif qtype == Q4_0_X8:
             _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)

@@ -14,7 +14,7 @@ from .actq import PAR_ROWS, round_f16
 from .cpu import probe
 from .dots import hsum8
 from .fa_tiles import f16_dot_lanes, outer_tile
-from .encoder_ops import row_max
+from .speech.encoder_ops import row_max
 from .ir import add_u32, bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive, shl_u32, sub_u32
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama

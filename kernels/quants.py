@@ -31,7 +31,7 @@ Q6_K = int(GGMLQuantizationType.Q6_K)
 SUPPORTED = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 QK_K = 256
 # dasllama's own layouts, outside ggml's type ids: rows repacked in groups of 8 (X8) or 16
-# (X16) (kernels/x8.py); bytes a row and block, either width: Q8_0_X* 36 (an f32 scale, 32
+# (X16) (kernels/rowgroups.py); bytes a row and block, either width: Q8_0_X* 36 (an f32 scale, 32
 # quants), Q4_0_X* 20 (an f32 scale, 32 nibbles), Q4_K_X* 312 (f32 d and dmin, int16 scales
 # and mins, 256 quants), Q6_K_X* 356 (f32 d, int16 scales twice, 256 quants)
 Q8_0_X8 = 63

@@ -11,7 +11,7 @@ the first of
 A sidecar from another machine, another version, or one that cannot be read is refused as a
 whole with a named reason; an entry naming a variant that this build does not offer is skipped.
 The same precedence chooses each format's layout for a phase (resolve_layouts): "x8" or
-"x16", the 8- or 16-row copy model.prefill_copies makes at load (kernels/x8.py), or "file", the
+"x16", the 8- or 16-row copy model.prefill_copies makes at load (kernels/rowgroups.py), or "file", the
 blocks as they lie in the file; a pin names it as a variant ("Q8_0:decode=file"), a sidecar or
 profile under the key "<phase> layout". A layout this CPU is not offered (x16 without AVX-512)
 is skipped with a note, as an unknown variant is. Layouts are data the compiled forward reads,

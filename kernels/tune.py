@@ -18,7 +18,7 @@ Steps, each refusing rather than guessing:
 5. per shape, a variant that beats the type's winner by SHAPE_GAIN (and wins its duel) is kept
    for that shape alone;
 6. the layout: where the model may copy a format's weights into an 8- or 16-row interleave
-   at load (x8.make_copy), each copy's kernel ("x8", "x16": those this CPU is offered) races
+   at load (rowgroups.make_copy), each copy's kernel ("x8", "x16": those this CPU is offered) races
    beside the file's variants on the same shapes, gated alike; per type and phase the layout
    with the least time summed over the copied tensors is kept (sidecar key "<phase> layout"),
    after a duel where that changes what is in force. The file's winner still serves the
@@ -36,7 +36,7 @@ import numba
 import numpy as np
 
 from . import matmul as M
-from . import sidecar, simd, x8
+from . import sidecar, simd, rowgroups
 from .quants import BF16, F16, F32, JIT, SUPPORTED, row_bytes
 from .sidecar import PHASES, layout_key, sidecar_path, type_name
 
@@ -57,7 +57,7 @@ DUEL_P = 0.01                # sign-test level at which a duel's challenger wins
 MIN_DUEL_ROUNDS, MAX_DUEL_ROUNDS = 8, 200
 FLOAT_ULPS = 16              # float gate: |got - ref| <= (n_cols / 64 + FLOAT_ULPS) * 2^-24 * sum|w x|
 GATE_ROWS, GATE_TOKENS = 37, 7  # odd: tails for every row and token tile
-COPIES = tuple(x8.WIDTHS)    # the contenders that multiply the weights' 8- and 16-row copies
+COPIES = tuple(rowgroups.WIDTHS)    # the contenders that multiply the weights' 8- and 16-row copies
 
 
 class Noisy(RuntimeError):
@@ -85,12 +85,12 @@ class Shape:
 
     def copy_layout(self, name):
         """The layout of this shape's `name` copy where this phase may take it, else None."""
-        if not self.copied or name not in x8.layout_choices(self.qtype, self.phase):
+        if not self.copied or name not in rowgroups.layout_choices(self.qtype, self.phase):
             return None
-        layout = x8.copy_layout(self.qtype, self.n_rows, name)
-        if layout not in x8.KERNELS:
+        layout = rowgroups.copy_layout(self.qtype, self.n_rows, name)
+        if layout not in rowgroups.KERNELS:
             return None
-        return layout if self.n_tokens >= x8.min_tokens(layout) else None
+        return layout if self.n_tokens >= rowgroups.min_tokens(layout) else None
 
     @property
     def copies(self):
@@ -192,18 +192,18 @@ def gate_copy(shape, name, kernel=None):
     copy to multiply; else why not."""
     layout = shape.copy_layout(name)
     rb = row_bytes(shape.qtype, shape.n_cols)
-    n_rows = min(GATE_ROWS + x8.GROUP - 1, shape.weights.size // rb) // x8.GROUP * x8.GROUP
+    n_rows = min(GATE_ROWS + rowgroups.GROUP - 1, shape.weights.size // rb) // rowgroups.GROUP * rowgroups.GROUP
     w = np.ascontiguousarray(shape.weights[:n_rows * rb])
-    copy = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols, name=name)
+    copy = rowgroups.make_copy(shape.qtype, w, n_rows, shape.n_cols, name=name)
     if copy is None:
         return None    # the layout declines these weights (a Q8_0 quant of -128 without VNNI),
                        # as the model's load will: nothing runs, and nothing races (_race_args)
-    n_tokens = 1 if shape.phase == "decode" else max(GATE_TOKENS, x8.min_tokens(layout) + 1)
+    n_tokens = 1 if shape.phase == "decode" else max(GATE_TOKENS, rowgroups.min_tokens(layout) + 1)
     bufs = _activations(n_tokens, shape.n_cols, shape.qtype, seed=n_tokens)
     ref = np.empty((n_tokens, n_rows), np.float32)
     M.matmul_ref(shape.qtype, w, n_rows, shape.n_cols, *bufs, n_tokens, ref)
     got = np.full((n_tokens, n_rows), np.nan, np.float32)
-    (kernel or x8.KERNELS[layout])(copy, n_rows, shape.n_cols, *bufs, n_tokens, got)
+    (kernel or rowgroups.KERNELS[layout])(copy, n_rows, shape.n_cols, *bufs, n_tokens, got)
     bad = _disagreements(got, ref, None)
     return f"{bad} of {got.size} outputs at T={n_tokens} differ from the reference (bit-exact required)" if bad else None
 
@@ -237,10 +237,10 @@ def _race_args(shape, copy=None):
     if shape.phase == "prefill":   # per row tile the work is alike: a slice ranks like the whole
         n_rows = min(n_rows, max(64, PREFILL_MACS // (shape.n_cols * shape.n_tokens)))
         if n_rows < shape.n_rows:
-            n_rows -= n_rows % x8.GROUP    # whole groups, for the copy and the file alike
+            n_rows -= n_rows % rowgroups.GROUP    # whole groups, for the copy and the file alike
     w = shape.weights[:n_rows * rb]
     if copy:
-        w = x8.make_copy(shape.qtype, w, n_rows, shape.n_cols, name=copy)
+        w = rowgroups.make_copy(shape.qtype, w, n_rows, shape.n_cols, name=copy)
         if w is None:
             return None
     bufs = _activations(shape.n_tokens, shape.n_cols, shape.qtype, seed=0)
@@ -332,7 +332,7 @@ def _contenders(qtype, names, shape, build):
     kernels, args, file_args = {}, {}, None
     for name in names:
         if name in COPIES:
-            kernels[name], args[name] = x8.KERNELS[shape.copy_layout(name)], _race_args(shape, copy=name)
+            kernels[name], args[name] = rowgroups.KERNELS[shape.copy_layout(name)], _race_args(shape, copy=name)
         else:
             file_args = file_args or _race_args(shape)
             kernels[name], args[name] = build(qtype, name), file_args
@@ -396,7 +396,7 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
         raise Noisy(f"the machine is too busy to rank kernels: {reason}. Stop other work and "
                     "tune again, or pass --force to tune anyway")
     incumbents, _ = sidecar.resolve(variants, pin_text="", doc=doc or {})
-    layouts, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, x8.layout_choices, pin_text="", doc=doc or {})
+    layouts, _ = sidecar.resolve_layouts(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices, pin_text="", doc=doc or {})
     share = budget_s / (2 * len(shapes))   # half for the races, half for the duels
     rejected, medians = {}, {}
     for qtype in dict.fromkeys(s.qtype for s in shapes):
@@ -422,7 +422,7 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
             for copy in s.copies:
                 copy_args = _race_args(s, copy=copy) if verdicts.get((copy, s.phase), "") is None else None
                 if copy_args is not None:
-                    racing[copy], args[copy] = x8.KERNELS[s.copy_layout(copy)], copy_args
+                    racing[copy], args[copy] = rowgroups.KERNELS[s.copy_layout(copy)], copy_args
             medians[s.key] = race(racing, args, share)
     winners, notes = {}, []
     for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
@@ -550,7 +550,7 @@ def _summaries(shapes, medians, variants, winners, incumbents=None, layouts=None
 def _layout_summary(qtype, phase, group, medians, chosen, layouts):
     """[Outcome] of the layout of (qtype, phase), or [] where no copy raced."""
     key = layout_key(phase)
-    default = x8.LAYOUT_DEFAULTS.get((qtype, phase))
+    default = rowgroups.LAYOUT_DEFAULTS.get((qtype, phase))
     copied, times = _layout_times(group, medians, chosen)
     if default not in times or not copied:
         return []

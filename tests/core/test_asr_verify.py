@@ -1,9 +1,9 @@
 """whisper.cpp's segment rules applied to our sampled tokens, its end-of-audio stop, and the
 comparison of two reported streams: no model needed."""
-from dasllama.core.asr_verify import T0, our_entries, ref_entries, whisper_segments
-from dasllama.core.whisper_decode import MIN_FRAMES, Step, WindowTrace, end_timestamp
-from dasllama.core.whisper_reference import RefSegment
-from dasllama.core.whisper_tokenizer import WhisperTokenizer
+from dasllama.core.tools.verify_asr import T0, our_entries, ref_entries, whisper_segments
+from dasllama.core.asr.decode import MIN_FRAMES, Step, WindowTrace, end_timestamp
+from dasllama.core.tools.ref_whisper import RefSegment
+from dasllama.core.asr.tokenizer import WhisperTokenizer
 
 TOK = WhisperTokenizer([bytes([65 + i % 26]) for i in range(50256)], 51864)   # tiny.en's layout
 BEG, EOT = TOK.timestamp_begin, TOK.eot

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dasllama.core.chat import ChatTemplateError, render_chat
+from dasllama.core.llm.chat import ChatTemplateError, render_chat
 from dasllama.formats.gguf import open_gguf
 from tests import assets
 
@@ -152,7 +152,7 @@ def test_the_helpers_and_variables_templates_rely_on():
 
 def test_a_template_that_writes_bos_does_not_double_it():
     # llama.cpp strips the template's leading BOS text because its tokenizer adds BOS itself
-    from dasllama.core.generate import prompt_ids
+    from dasllama.core.llm.generate import prompt_ids
     from tests.core.test_tokenizer import spm
     tok = spm(["▁Hi"])
     template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"

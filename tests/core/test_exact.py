@@ -1,5 +1,5 @@
 """Bit-exact parity with llama.cpp, tensor by tensor: every tensor our trace names against the
-same node of llama.cpp's graph (core/ref_tensors.py, through its shared library), for a prompt
+same node of llama.cpp's graph (core/tools/ref_llama_worker.py, through its shared library), for a prompt
 batch and the single-token decodes after it. Each op that was made to fold as ggml-cpu does on
 this CPU (RoPE's contraction, the one-chunk flash attention, the repacked Q4_K gemm, the tiled
 K-quant matmul of batches of 8 and more, SwiGLU's ggml_v_expf, the last layer's FFN on the
@@ -8,8 +8,8 @@ tensors it writes."""
 import pytest
 
 from dasllama.core import load
-from dasllama.core.reference import find_reference
-from dasllama.core.verify import exact_drift
+from dasllama.core.tools.ref_llama import find_reference
+from dasllama.core.tools.verify_llm import exact_drift
 from tests import assets
 
 pytestmark = pytest.mark.slow

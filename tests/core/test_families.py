@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dasllama.core import Model, load
-from dasllama.core.model import BATCH_MAX, prefill_copies
-from dasllama.kernels import quants as Q, sidecar, x8
+from dasllama.core.llm.model import BATCH_MAX, prefill_copies
+from dasllama.kernels import quants as Q, sidecar, rowgroups
 from dasllama.kernels.quants import Q6_K, Q8_0
 from dasllama.kernels.cpu import probe
 from tests.gguf_factory import ARCHES
@@ -46,14 +46,14 @@ def test_prefill_copies_change_no_logit(tiny_model, monkeypatch, qtype, copy):
     # the Q8_0_X8/X16 layout, of Q4_0, Q4_K and Q6_K in their own (same integers, same folds),
     # and decode those of Q8_0, Q5_0 and Q4_0; the other decodes, batches under 8 with Q6_K
     # and the model without copies use the file's blocks: every logit must agree bit for bit
-    if copy == "x16" and not x8.HAS_X16:
+    if copy == "x16" and not rowgroups.HAS_X16:
         pytest.skip("the 16-row copies run on CPUs with AVX-512 and VNNI (test_matmul checks their bits anywhere)")
     monkeypatch.setenv(sidecar.PIN_ENV, f"{qtype}={copy}")
     path = tiny_model("llama", qtype)
     ids = list(range(5, 40))
     with_copy = Model(path, n_ctx=256, n_threads=2)
     without = Model(path, n_ctx=256, n_threads=2, prefill_copy=False)
-    layout = x8.copy_layout(getattr(Q, qtype), 16, copy)
+    layout = rowgroups.copy_layout(getattr(Q, qtype), 16, copy)
     assert (with_copy.ptab[..., 1] == layout).any() and (without.ptab[..., 1] < 0).all()
     np.testing.assert_array_equal(with_copy.eval(ids, all_logits=True), without.eval(ids, all_logits=True))
     np.testing.assert_array_equal(with_copy.eval([7]), without.eval([7]))
@@ -75,7 +75,7 @@ def test_the_layouts_say_which_batches_take_a_copy(tiny_model):
     assert served("file", "x8") == {(2, BATCH_MAX)}
     assert served("x8", "file") == {(1, 1)}
     assert served("file", "file") == set()
-    if x8.HAS_X16:      # a phase each: two copies of one weight
+    if rowgroups.HAS_X16:      # a phase each: two copies of one weight
         assert served("x8", "x16") == {(1, 1), (2, BATCH_MAX)}
     else:               # not offered here: no copy in that layout is made
         assert served("x8", "x16") == {(1, 1)}
@@ -108,12 +108,12 @@ def test_threading_layer_follows_the_workload(tiny_model, kind):
     import os
     import subprocess
     import sys
-    from dasllama.core.model import DECODE_LAYERS
+    from dasllama.core.runtime.threads import DECODE_LAYERS
     if kind == "llm":
         setup = f"from dasllama.core import load; load({str(tiny_model('llama'))!r}).eval([1, 2])"
     else:
         from tests import whisper_assets
-        setup = ("from dasllama.core.whisper import WhisperModel; import numpy as np; "
+        setup = ("from dasllama.core.asr.model import WhisperModel; import numpy as np; "
                  f"m = WhisperModel({str(whisper_assets.tiny_en())!r}); "
                  "m.encode(np.zeros((m.hparams.n_mels, 3000), np.float32))")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_THREADING_LAYER")}

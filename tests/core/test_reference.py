@@ -1,9 +1,9 @@
-"""core/reference.py against the real llama.cpp: finding it, its greedy ids and logits through
+"""core/tools/ref_llama.py against the real llama.cpp: finding it, its greedy ids and logits through
 the bindings and through llama-completion, and reading llama-eval-callback's tensor dumps."""
 import numpy as np
 import pytest
 
-from dasllama.core.reference import ReferenceError, find_reference
+from dasllama.core.tools.ref_llama import ReferenceError, find_reference
 from tests import assets
 
 PROMPT = "The capital of France is"

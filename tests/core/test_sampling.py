@@ -6,8 +6,17 @@ import time
 import numpy as np
 import pytest
 
-from dasllama.core.sampling import (Candidates, Sampler, SamplerParams, draw, min_p,
-                                    penalize_repeats, temperature, top_k, top_p)
+from dasllama.core.llm.sampling import (
+    Candidates,
+    Sampler,
+    SamplerParams,
+    draw,
+    min_p,
+    penalize_repeats,
+    temperature,
+    top_k,
+    top_p,
+)
 from tests import assets
 
 # Probabilities 0.5, 0.3, 0.15, 0.05, shuffled so that id order is not logit order.

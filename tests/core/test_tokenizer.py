@@ -13,8 +13,8 @@ import pytest
 from gguf import GGUFReader
 from gguf.constants import Keys
 
-from dasllama.core import tokenizer_bpe
-from dasllama.core.tokenizer import _EOT_TEXTS as EOT_TEXTS, Tokenizer
+from dasllama.core.llm import tokenizer_bpe
+from dasllama.core.llm.tokenizer import _EOT_TEXTS as EOT_TEXTS, Tokenizer
 from dasllama.formats.gguf import open_gguf
 from tests import assets
 

@@ -9,12 +9,17 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType
 
-from dasllama.core.whisper import (N_FRAMES, WhisperModel, WhisperModelError,
-                                   convert_ct2_to_ggml, log_mel_spectrogram, mel_filters)
-from dasllama.core.whisper_decode import (DecodeOptions, LogitRules, TranscribeError,
-                                          transcribe)
-from dasllama.core.whisper_reference import WhisperCpp
-from dasllama.core.whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
+from dasllama.core.asr.model import (
+    N_FRAMES,
+    WhisperModel,
+    WhisperModelError,
+    convert_ct2_to_ggml,
+    log_mel_spectrogram,
+    mel_filters,
+)
+from dasllama.core.asr.decode import DecodeOptions, LogitRules, TranscribeError, transcribe
+from dasllama.core.tools.ref_whisper import WhisperCpp
+from dasllama.core.asr.tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
 from dasllama.formats import audio, whisper_ggml
 from tests import whisper_assets
 from tests.assets import AssetUnavailable

@@ -10,7 +10,7 @@ import pytest
 from dasllama.kernels import actq as A
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
-from dasllama.kernels import x8
+from dasllama.kernels import rowgroups
 
 from .blocks import random_weights
 from .fence import fenced
@@ -48,11 +48,11 @@ def test_every_variant_stays_inside_its_buffers(qtype):
                                               err_msg=f"{name} {n_rows}x{n_tokens} fenced at the {side}")
 
 
-@pytest.mark.parametrize("qtype,copy", [pytest.param(q, c, id=f"{Q.type_name(q)}-{c}") for q, c in x8.COPIES])
+@pytest.mark.parametrize("qtype,copy", [pytest.param(q, c, id=f"{Q.type_name(q)}-{c}") for q, c in rowgroups.COPIES])
 def test_every_copy_kernel_stays_inside_its_buffers(qtype, copy):
     n_cols = 1024 if qtype in (Q.Q4_K, Q.Q6_K) else 512
-    width = x8.WIDTHS[copy]
-    first = x8.min_tokens(x8.copy_layout(qtype, width, copy))   # Q6_K's copies fold T >= 8 only
+    width = rowgroups.WIDTHS[copy]
+    first = rowgroups.min_tokens(rowgroups.copy_layout(qtype, width, copy))   # Q6_K's copies fold T >= 8 only
     for n_rows, n_tokens in [(width, 1), (width, 2), (2 * width, 9), (3 * width, 33)]:
         n_tokens = max(n_tokens, first)
         w, bufs = _inputs(qtype, n_rows, n_cols, n_tokens, seed=n_rows + n_tokens)
@@ -61,8 +61,8 @@ def test_every_copy_kernel_stays_inside_its_buffers(qtype, copy):
             q[q == 0x80] = 0x81
         ref = np.empty((n_tokens, n_rows), np.float32)
         M.matmul_ref(qtype, w, n_rows, n_cols, *bufs, n_tokens, ref)
-        packed = x8.make_copy(qtype, w, n_rows, n_cols, name=copy)
-        kernel = x8.KERNELS[x8.copy_layout(qtype, n_rows, copy)]
+        packed = rowgroups.make_copy(qtype, w, n_rows, n_cols, name=copy)
+        kernel = rowgroups.KERNELS[rowgroups.copy_layout(qtype, n_rows, copy)]
         for side in SIDES:
             got = _run_fenced(kernel, packed, n_rows, n_cols, bufs, n_tokens, side)
             np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32),

@@ -3,9 +3,17 @@ rounding."""
 import numpy as np
 import pytest
 
-from dasllama.kernels.attend import attend_f16, attend_ref, bias_f16_bits, to_f16_bits
-from dasllama.kernels.encoder_ops import (bias_gelu, bias_gelu_ref, exp_nonpositive, layer_norm,
-                                          layer_norm_ref, log_softmax, row_max, softmax_rows)
+from dasllama.kernels.speech.attend import attend_f16, attend_ref, bias_f16_bits, to_f16_bits
+from dasllama.kernels.speech.encoder_ops import (
+    bias_gelu,
+    bias_gelu_ref,
+    exp_nonpositive,
+    layer_norm,
+    layer_norm_ref,
+    log_softmax,
+    row_max,
+    softmax_rows,
+)
 from numba import njit
 
 

@@ -16,7 +16,7 @@ from dasllama.kernels import actq as A
 from dasllama.kernels import dots as D
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
-from dasllama.kernels import simd, x8
+from dasllama.kernels import simd, rowgroups
 
 from .blocks import gguf_dequantize, random_weights
 
@@ -208,11 +208,11 @@ def _without_minus_128(w):
 def _multiply_copy(qtype, w, n_rows, n_cols, bufs, n_tokens, copy, kernel=None):
     """The product through the `copy` ("x8", "x16") of w: the kernel of its layout (the
     16-row ones run anywhere, their zmm operations spelt in plain IR without AVX-512)."""
-    layout = x8.copy_layout(qtype, n_rows, copy)
-    packed = x8.make_copy(qtype, w, n_rows, n_cols, name=copy)
+    layout = rowgroups.copy_layout(qtype, n_rows, copy)
+    packed = rowgroups.make_copy(qtype, w, n_rows, n_cols, name=copy)
     assert packed.size == n_rows * Q.row_bytes(layout, n_cols)
     got = np.full((n_tokens, n_rows), np.nan, np.float32)
-    (kernel or x8.KERNELS[layout])(packed, n_rows, n_cols, *bufs, n_tokens, got)
+    (kernel or rowgroups.KERNELS[layout])(packed, n_rows, n_cols, *bufs, n_tokens, got)
     return got
 
 
@@ -236,9 +236,9 @@ def test_the_engine_dispatches_the_copies_it_makes():
     # matmul (the forward's) runs each layout's kernel where this CPU is offered the copy
     w, x = _case(Q.Q8_0, n_rows=32, n_tokens=7, seed=2)
     ref, bufs = _ref(Q.Q8_0, _without_minus_128(w), x)
-    for copy in ["x8", "x16"] if x8.HAS_X16 else ["x8"]:
+    for copy in ["x8", "x16"] if rowgroups.HAS_X16 else ["x8"]:
         got = _multiply_copy(Q.Q8_0, w, 32, x.shape[1], bufs, 7, copy, kernel=lambda *a: M.matmul(
-            x8.copy_layout(Q.Q8_0, 32, copy), *a))
+            rowgroups.copy_layout(Q.Q8_0, 32, copy), *a))
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), copy)
 
 
@@ -258,11 +258,11 @@ def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(width, step, n_ro
         ref, bufs = _ref(qtype, w, x)
         for vnni in forms:
             if qtype == Q.Q8_0:
-                repack, kernel = x8.q8_0_x8(vnni, width, step)
+                repack, kernel = rowgroups.q8_0_x8(vnni, width, step)
                 packed = repack(w, n_rows, n_cols)
             else:
-                kernel = x8.q4_0_x8_kernel(vnni, width, step)
-                packed = x8.make_copy(qtype, w, n_rows, n_cols, name=copy)
+                kernel = rowgroups.q4_0_x8_kernel(vnni, width, step)
+                packed = rowgroups.make_copy(qtype, w, n_rows, n_cols, name=copy)
             got = np.full_like(ref, np.nan)
             kernel(packed, n_rows, n_cols, *bufs, n_tokens, got)
             np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"{source} vnni={vnni}")
@@ -293,57 +293,57 @@ def test_k_quant_copies_fold_alike_however_many_tokens_share_a_pass(step):
     w, x = _case(Q.Q4_K, n_rows=16, n_cols=512, n_tokens=14, seed=3)
     ref, bufs = _ref(Q.Q4_K, w, x)
     for width in (8, 16):
-        got = _multiply_copy(Q.Q4_K, w, 16, 512, bufs, 14, f"x{width}", kernel=x8.q4_k_x8_kernel(width, step))
+        got = _multiply_copy(Q.Q4_K, w, 16, 512, bufs, 14, f"x{width}", kernel=rowgroups.q4_k_x8_kernel(width, step))
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"x{width}")
 
 
 def test_which_batches_a_copy_folds_as_the_file_does():
-    assert x8.min_tokens(Q.Q6_K_X8) == x8.min_tokens(Q.Q6_K_X16) == 8
-    assert x8.min_tokens(Q.Q4_K_X8) == x8.min_tokens(Q.Q4_K_X16) == 2
-    assert x8.min_tokens(Q.Q8_0_X8) == x8.min_tokens(Q.Q4_0_X8) == x8.min_tokens(Q.Q8_0_X16) == 1
-    assert x8.min_tokens(Q.Q8_0) == 2            # the plain Q8_0 copy of Q5_0 rows that do not group
-    assert x8.copy_layout(Q.Q5_0, 16) == Q.Q8_0_X8 and x8.copy_layout(Q.Q5_0, 12) == Q.Q8_0
-    assert x8.copy_layout(Q.Q5_0, 32, "x16") == Q.Q8_0_X16 and x8.copy_layout(Q.Q5_0, 24, "x16") == Q.Q8_0
-    assert x8.copy_layout(Q.Q4_K, 12) is None and x8.copy_layout(Q.Q4_1, 16) is None
-    assert x8.copy_layout(Q.Q6_K, 24, "x16") is None and x8.copy_layout(Q.Q6_K, 24) == Q.Q6_K_X8
+    assert rowgroups.min_tokens(Q.Q6_K_X8) == rowgroups.min_tokens(Q.Q6_K_X16) == 8
+    assert rowgroups.min_tokens(Q.Q4_K_X8) == rowgroups.min_tokens(Q.Q4_K_X16) == 2
+    assert rowgroups.min_tokens(Q.Q8_0_X8) == rowgroups.min_tokens(Q.Q4_0_X8) == rowgroups.min_tokens(Q.Q8_0_X16) == 1
+    assert rowgroups.min_tokens(Q.Q8_0) == 2            # the plain Q8_0 copy of Q5_0 rows that do not group
+    assert rowgroups.copy_layout(Q.Q5_0, 16) == Q.Q8_0_X8 and rowgroups.copy_layout(Q.Q5_0, 12) == Q.Q8_0
+    assert rowgroups.copy_layout(Q.Q5_0, 32, "x16") == Q.Q8_0_X16 and rowgroups.copy_layout(Q.Q5_0, 24, "x16") == Q.Q8_0
+    assert rowgroups.copy_layout(Q.Q4_K, 12) is None and rowgroups.copy_layout(Q.Q4_1, 16) is None
+    assert rowgroups.copy_layout(Q.Q6_K, 24, "x16") is None and rowgroups.copy_layout(Q.Q6_K, 24) == Q.Q6_K_X8
     # K-quant copies serve batches only; the 16-row ones only where this CPU runs them
-    assert x8.layout_choices(Q.Q4_K, "decode") == ()
-    assert x8.layout_choices(Q.Q4_K, "prefill") == ("file", "x8") + ("x16",) * x8.HAS_X16
-    assert x8.layout_choices(Q.Q5_0, "decode") == ("file", "x8") + ("x16",) * x8.HAS_X16
+    assert rowgroups.layout_choices(Q.Q4_K, "decode") == ()
+    assert rowgroups.layout_choices(Q.Q4_K, "prefill") == ("file", "x8") + ("x16",) * rowgroups.HAS_X16
+    assert rowgroups.layout_choices(Q.Q5_0, "decode") == ("file", "x8") + ("x16",) * rowgroups.HAS_X16
 
 
 def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
     # -128 would wrap when the weights take the token's sign (psign, without VNNI): such a
     # matrix keeps its layout; stored as w + 128 (VNNI) it is a quant like any other
     w = _without_minus_128(random_weights(Q.Q8_0, 16, 64, seed=4))
-    assert x8.COPIES[Q.Q8_0, "x8"][1](w, 16, 64) is not None
+    assert rowgroups.COPIES[Q.Q8_0, "x8"][1](w, 16, 64) is not None
     w.reshape(-1, 34)[5, 9] = 0x80
     w.reshape(-1, 34)[17, 2:] = 0x80
     x = np.random.default_rng(5).standard_normal((3, 64)).astype(np.float32)
     ref, bufs = _ref(Q.Q8_0, w, x)
     if not simd.HAS_VNNI:
-        assert x8.COPIES[Q.Q8_0, "x8"][1](w, 16, 64) is None
+        assert rowgroups.COPIES[Q.Q8_0, "x8"][1](w, 16, 64) is None
     else:
         got = np.full_like(ref, np.nan)
-        M.matmul(Q.Q8_0_X8, x8.COPIES[Q.Q8_0, "x8"][1](w, 16, 64), 16, 64, *bufs, 3, got)
+        M.matmul(Q.Q8_0_X8, rowgroups.COPIES[Q.Q8_0, "x8"][1](w, 16, 64), 16, 64, *bufs, 3, got)
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
     got = _multiply_copy(Q.Q8_0, w, 16, 64, bufs, 3, "x16")   # the 16-row copy is always offset
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
-    assert x8.COPIES[Q.Q8_0, "x8"][1](random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
-    assert x8.COPIES[Q.Q4_K, "x8"][1](random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
-    assert x8.COPIES[Q.Q6_K, "x8"][1](random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None
-    assert x8.COPIES[Q.Q4_0, "x8"][1](random_weights(Q.Q4_0, 12, 64, seed=4), 12, 64) is None
+    assert rowgroups.COPIES[Q.Q8_0, "x8"][1](random_weights(Q.Q8_0, 12, 64, seed=4), 12, 64) is None
+    assert rowgroups.COPIES[Q.Q4_K, "x8"][1](random_weights(Q.Q4_K, 12, 256, seed=4), 12, 256) is None
+    assert rowgroups.COPIES[Q.Q6_K, "x8"][1](random_weights(Q.Q6_K, 12, 256, seed=4), 12, 256) is None
+    assert rowgroups.COPIES[Q.Q4_0, "x8"][1](random_weights(Q.Q4_0, 12, 64, seed=4), 12, 64) is None
 
 
 def test_abs_quants():
     xq = np.array([[-127, -1, 0, 1, 127, -64]], np.int8)
-    assert x8.abs_quants(xq, 1, 6).tolist() == [[127, 1, 0, 1, 127, 64]]
+    assert rowgroups.abs_quants(xq, 1, 6).tolist() == [[127, 1, 0, 1, 127, 64]]
 
 
 def test_group_sums():
     xq = np.array([[-127, -127, -127, -127, 127, 1, 0, -3]], np.int8)
-    assert x8.group_sums(xq, 1, 8, 4, -128).tolist() == [[128 * 508, -128 * 125]]
-    assert x8.group_sums(xq, 1, 8, 8, 8).tolist() == [[8 * (-508 + 125)]]
+    assert rowgroups.group_sums(xq, 1, 8, 4, -128).tolist() == [[128 * 508, -128 * 125]]
+    assert rowgroups.group_sums(xq, 1, 8, 8, 8).tolist() == [[8 * (-508 + 125)]]
 
 
 @pytest.mark.parametrize("offset", [8, 16])

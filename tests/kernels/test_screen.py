@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from dasllama.kernels.screen import contenders
+from dasllama.kernels.speech.screen import contenders
 
 
 def brute(seg, margin):

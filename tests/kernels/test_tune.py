@@ -15,7 +15,7 @@ import pytest
 from gguf.constants import GGMLQuantizationType
 
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import cpu, sidecar, x8
+from dasllama.kernels import cpu, sidecar, rowgroups
 from dasllama.kernels import matmul as M
 from dasllama.kernels import tune as T
 from dasllama.kernels.quants import F32, Q4_0, Q4_K, Q6_K, Q8_0
@@ -94,7 +94,7 @@ def test_tune_never_races_a_rejected_variant(tmp_path):
 def _nudged_copy(layout):
     """The copy's kernel with its first output one ulp off."""
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-        x8.KERNELS[layout](w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        rowgroups.KERNELS[layout](w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
         out[0, 0] = np.nextafter(out[0, 0], np.float32(np.inf))
     return kernel
 
@@ -112,7 +112,7 @@ def test_the_gate_passes_the_copy_and_rejects_a_copy_kernel_one_ulp_off(qtype, p
 def test_the_output_matrix_and_k_quant_decode_race_no_copy():
     w = random_weights(Q4_0, 64, 256, seed=4)
     assert T.Shape(Q4_0, "decode", 64, 256, 1, w, copied=False).copies == []
-    assert T.Shape(Q4_0, "decode", 64, 256, 1, w).copy_layout("x8") == x8.COPIES[Q4_0, "x8"][0]
+    assert T.Shape(Q4_0, "decode", 64, 256, 1, w).copy_layout("x8") == rowgroups.COPIES[Q4_0, "x8"][0]
     assert T.Shape(Q6_K, "decode", 64, 256, 1, random_weights(Q6_K, 64, 256)).copies == []
 
 
@@ -124,8 +124,8 @@ def test_tune_races_the_copy_and_keeps_a_layout_per_type_and_phase():
     assert all(o.winner in sidecar.LAYOUT_NAMES and o.chosen_s > 0 for o in layouts.values())
     doc = json.loads(sidecar.sidecar_path().read_text())
     assert {e["key"][1]: "x8" in e["ms"] for e in doc["shapes"]} == {"decode": True, "prefill": True}
-    assert all(("x16" in e["ms"]) == x8.HAS_X16 for e in doc["shapes"])
-    in_force, _ = sidecar.resolve_layouts(x8.LAYOUT_DEFAULTS, x8.layout_choices, pin_text="")
+    assert all(("x16" in e["ms"]) == rowgroups.HAS_X16 for e in doc["shapes"])
+    in_force, _ = sidecar.resolve_layouts(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices, pin_text="")
     for phase in PHASES:
         assert doc["winners"]["Q4_0"][f"{phase} layout"] == layouts[f"{phase} layout"].winner
         assert in_force[Q4_0, phase] == sidecar.Choice(layouts[f"{phase} layout"].winner, "sidecar")
@@ -283,7 +283,7 @@ def test_layouts_follow_the_same_precedence_and_name_what_they_skip(profile, tmp
     (tmp_path / "profiles" / "x86-avx2.json").write_text(json.dumps(
         {"winners": {"Q4_0": {"decode layout": "file"}, "Q4_K": {"prefill layout": "sideways"}}}))
     doc = {"winners": {"Q8_0": {"prefill layout": "file", "decode layout": "file"}}}
-    defaults = {**x8.LAYOUT_DEFAULTS, (Q4_K, "prefill"): "x8"}
+    defaults = {**rowgroups.LAYOUT_DEFAULTS, (Q4_K, "prefill"): "x8"}
     choices, notes = sidecar.resolve_layouts(defaults, lambda q, p: ("file", "x8"),
                                              pin_text="Q8_0:decode=x8,Q4_0:prefill=x16", doc=doc, features=AVX2)
     assert choices[Q8_0, "decode"] == sidecar.Choice("x8", "pin")

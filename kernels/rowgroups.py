@@ -46,9 +46,29 @@ from numba.extending import intrinsic
 
 from .dots import TILED_MIN_TOKENS, gemm_tokens
 from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, keep_alive, vec
-from .quants import (BLOCK_BYTES, JIT, Q4_0, Q4_0_X8, Q4_0_X16, Q4_K, Q4_K_X8, Q4_K_X16, Q5_0, Q6_K, Q6_K_X8,
-                     Q6_K_X16, Q8_0, Q8_0_X8, Q8_0_X16, f16_at, q5_0_as_q8_0, q_q4_0, q_q6_k, row_bytes,
-                     scale_min_k4)
+from .quants import (
+    BLOCK_BYTES,
+    JIT,
+    Q4_0,
+    Q4_0_X8,
+    Q4_0_X16,
+    Q4_K,
+    Q4_K_X8,
+    Q4_K_X16,
+    Q5_0,
+    Q6_K,
+    Q6_K_X8,
+    Q6_K_X16,
+    Q8_0,
+    Q8_0_X8,
+    Q8_0_X16,
+    f16_at,
+    q5_0_as_q8_0,
+    q_q4_0,
+    q_q6_k,
+    row_bytes,
+    scale_min_k4,
+)
 from .simd import HAS_AVX512BW, HAS_VNNI
 
 # copy name -> rows a group: "x8" one ymm lane a row, "x16" one zmm lane a row (AVX-512)
@@ -225,7 +245,7 @@ def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, 
              out_stride):
         return i64_call(11, "dasllama_tile_" + name, emit)
 
-    tile._set_uuid("dasllama.x8." + name)    # a stable disk-cache key (see simd.tile_intrinsic)
+    tile._set_uuid("dasllama.rowgroups." + name)    # a stable disk-cache key (see simd.tile_intrinsic)
     return tile
 
 

@@ -59,7 +59,7 @@ def converter_hash():
     """A hash of the sources that write a ggml .bin: a changed converter rebuilds its files."""
     from dasllama.formats import whisper_ggml
 
-    from . import whisper
+    from ..asr import model as whisper
     h = hashlib.sha256()
     for module in (whisper, whisper_ggml):
         h.update(Path(module.__file__).read_bytes())
@@ -69,9 +69,9 @@ def converter_hash():
 def ggml_bin(model_path, ftype="f16"):
     """A whisper.cpp .bin holding the weights of `model_path`: the file itself when it is one,
     else the CT2 dir converted by dasllama, kept in the cache dir under its model.bin's sha256."""
-    from .defaults import cache_dir
+    from ..runtime.cache import cache_dir
     from .receipt import sha256_file
-    from .whisper import WhisperModel, convert_ct2_to_ggml
+    from ..asr.model import WhisperModel, convert_ct2_to_ggml
     model_path = Path(model_path)
     probe = WhisperModel(model_path, weights=False)
     if probe.format == "ggml":

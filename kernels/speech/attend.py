@@ -12,8 +12,8 @@ import numpy as np
 from numba import njit
 
 from .encoder_ops import exp_shifted
-from .ir import f16_to_f32, f32_to_f16
-from .quants import JIT
+from ..ir import f16_to_f32, f32_to_f16
+from ..quants import JIT
 
 
 @njit(**JIT, parallel=True, fastmath={"reassoc", "contract"})

@@ -6,13 +6,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import ops, sidecar, x8
+from dasllama.kernels import ops, sidecar, rowgroups
 from dasllama.kernels.quants import Q5_0, SUPPORTED as SUPPORTED_QTYPES, row_bytes
 
 from . import forward as fw
-from .models import family
-from .models.base import build_tables
+from .families import family
+from .families.base import build_tables
 from .tokenizer import Tokenizer
+from ..runtime.cache import first_compile_notice
+from ..runtime.threads import (DECODE_LAYERS, prefer_threading_layers, ram_bytes, set_threads,
+                               warn_slow_threading)
 
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
@@ -39,83 +42,6 @@ class Timings:
         return self.gen_tokens / self.gen_s if self.gen_s else 0.0
 
 
-def set_threads(n_threads):
-    """Size numba's pool (and keep OpenBLAS to the same count, so the two never oversubscribe)."""
-    import numba
-    n = max(1, min(int(n_threads or os.cpu_count() or 1), numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(n)
-    return n
-
-
-# numba picks its threading layer at the first parallel launch in a process. A decode step
-# runs tens (Whisper) to hundreds (an LLM) of short parallel regions back to back: libgomp's
-# workers spin through the serial gaps between them, tbb's fall asleep and are woken each
-# time. tg128 on gemma3-270m Q4_K_M: omp ahead of tbb in 7 of 7 interleaved pairs, +4.5 % on
-# average; a Whisper tiny.en step 2.5 -> 2.0 ms (2 cores). Spinning workers would take a core
-# from a BLAS pool running beside them, so Whisper's encoder keeps numba's threads out of it.
-DECODE_LAYERS = ("omp", "tbb", "workqueue")
-
-
-def prefer_threading_layers(order):
-    """Ask numba for the first available of `order` at its first parallel launch, unless the
-    user chose (NUMBA_THREADING_LAYER[_PRIORITY]); no effect once threads run."""
-    import numba
-    if os.environ.get("NUMBA_THREADING_LAYER") or os.environ.get("NUMBA_THREADING_LAYER_PRIORITY"):
-        return
-    numba.config.THREADING_LAYER_PRIORITY = list(order)
-
-
-_warned = []
-
-
-def warn_slow_threading():
-    """numba without tbb or libgomp falls back to its workqueue layer: ~54 us per parallel
-    region instead of ~2 us, which a decode step with ~150 regions cannot afford."""
-    import sys
-    import numba
-    if _warned:
-        return
-    _warned.append(True)
-    try:
-        layer = numba.threading_layer()
-    except ValueError:
-        return
-    if layer == "workqueue":
-        print("dasllama: numba runs on its slow 'workqueue' threading layer; "
-              "pip install tbb (or install libgomp) for full speed.", file=sys.stderr)
-
-
-def first_compile_notice():
-    """At a model's load, when this process has not run the engine yet and the numba cache
-    lacks it: say on stderr that it is compiling (a minute or two on 2 cores, once), rather
-    than sit silent. Returns what to call when the first forward is done (it times the
-    compile and marks the cache), or None when there is nothing to say."""
-    import sys
-    from pathlib import Path
-    import numba
-    if fw.forward.signatures:
-        return None
-    marker = Path(numba.config.CACHE_DIR) / "forward.compiled"
-    if marker.exists():
-        return None
-    print(f"dasllama: first run with this engine build: compiling its kernels for this CPU "
-          f"(once; cached in {numba.config.CACHE_DIR})", file=sys.stderr)
-    start = time.perf_counter()
-
-    def done():
-        print(f"dasllama: compiled in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-    return done
-
-
-def _ram_bytes():
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
-
-
 BATCH_MAX = np.iinfo(np.int64).max
 PTAB_COLS = 6      # ptab entries: offset, layout, rows, cols, and the batch sizes it serves, min..max
 PTAB_COPIES = 2    # copies a weight may have: one for decode, another for batches
@@ -123,8 +49,8 @@ PTAB_COPIES = 2    # copies a weight may have: one for decode, another for batch
 
 def layouts_in_force():
     """{(qtype, phase): "x8", "x16" or "file"}: which phases multiply through which copy of the
-    weights (a pin, the tuning sidecar, a shipped profile, else x8.LAYOUT_DEFAULTS)."""
-    return sidecar.layouts_in_force(x8.LAYOUT_DEFAULTS, x8.layout_choices)
+    weights (a pin, the tuning sidecar, a shipped profile, else rowgroups.LAYOUT_DEFAULTS)."""
+    return sidecar.layouts_in_force(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices)
 
 
 def _copies_wanted(qtype, rows, layouts):
@@ -134,11 +60,11 @@ def _copies_wanted(qtype, rows, layouts):
     wanted = {}
     for phase in ("decode", "prefill"):
         name = layouts.get((qtype, phase), "file")
-        offered = name != "file" and name in x8.layout_choices(qtype, phase)
-        layout = x8.copy_layout(qtype, rows, name) if offered else None
-        if layout is None or (phase == "decode" and x8.min_tokens(layout) != 1):
+        offered = name != "file" and name in rowgroups.layout_choices(qtype, phase)
+        layout = rowgroups.copy_layout(qtype, rows, name) if offered else None
+        if layout is None or (phase == "decode" and rowgroups.min_tokens(layout) != 1):
             continue
-        lo, hi = (1, 1) if phase == "decode" else (max(2, x8.min_tokens(layout)), BATCH_MAX)
+        lo, hi = (1, 1) if phase == "decode" else (max(2, rowgroups.min_tokens(layout)), BATCH_MAX)
         if name in wanted:
             _, lo_other, hi_other = wanted[name]
             lo, hi = min(lo, lo_other), max(hi, hi_other)
@@ -153,16 +79,16 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
     min_tokens, max_tokens) as wtab's rows plus the batch sizes the copy serves (layout -1: no
     copy).
 
-    Rows in groups of 8 or 16 (kernels/x8.py): Q5_0 weights as Q8_0 (the same f16 scale,
+    Rows in groups of 8 or 16 (kernels/rowgroups.py): Q5_0 weights as Q8_0 (the same f16 scale,
     quants - 16) and Q8_0 weights as they are go to the Q8_0_X8/X16 layout, Q4_0 to
     Q4_0_X8/X16, Q4_K to Q4_K_X8/X16, Q6_K to Q6_K_X8/X16; Q5_0 whose rows do not group is
     copied as plain Q8_0 (34/22 of its bytes). `layouts` ({(qtype, phase): "x8", "x16" or
     "file"}, default layouts_in_force()) says which copy each phase takes: a copy that no
-    phase takes is not made, and a batch takes it only from x8.min_tokens on, where its fold
+    phase takes is not made, and a batch takes it only from rowgroups.min_tokens on, where its fold
     is the file's kernels'. The copies that are larger than the weights they copy (36/34,
     20/18, 312/144, 356/210) stop at `budget` bytes in all (default: a quarter of the
     machine's RAM). The output matrix keeps the file's blocks: it usually takes one token."""
-    budget = _ram_bytes() // 4 if budget is None else budget
+    budget = ram_bytes() // 4 if budget is None else budget
     layouts = layouts_in_force() if layouts is None else layouts
     ptab = np.full(wtab.shape[:2] + (PTAB_COPIES, PTAB_COLS), -1, np.int64)
     plan, size, extra = [], 0, 0
@@ -183,7 +109,7 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
     for layer, slot, entry, off, qtype, rows, cols, name, layout, served, at in plan:
         blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
         out = pbuf[at:at + rows * row_bytes(layout, cols)]
-        if x8.make_copy(qtype, blocks, rows, cols, out=out, name=name) is None:
+        if rowgroups.make_copy(qtype, blocks, rows, cols, out=out, name=name) is None:
             continue    # a Q8_0 quant of -128 without VNNI: this matrix keeps the file's blocks
         ptab[layer, slot, entry] = (at, layout, rows, cols) + served
     pbuf.setflags(write=False)
@@ -197,7 +123,7 @@ class Model:
                  prefill_copy=True, quiet=False):
         t0 = time.perf_counter()
         prefer_threading_layers(DECODE_LAYERS)
-        self._compiled = None if quiet else first_compile_notice()
+        self._compiled = None if quiet else first_compile_notice(fw.forward, "the engine's kernels")
         self.path = os.fspath(path)
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)

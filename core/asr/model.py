@@ -25,16 +25,20 @@ from gguf.quants import dequantize, quantize
 from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import ct2, whisper_ggml
-from dasllama.kernels.attend import bias_f16_bits
-from dasllama.kernels.decoder_step import decoder_layers
-from dasllama.kernels.encoder_ops import bias_gelu, layer_norm as layer_norm_kernel, softmax_rows
+from dasllama.kernels.speech.attend import bias_f16_bits
+from dasllama.kernels.speech.decoder_step import decoder_layers
+from dasllama.kernels.speech.encoder_ops import (
+    bias_gelu,
+    layer_norm as layer_norm_kernel,
+    softmax_rows,
+)
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
-from .defaults import cache_dir
+from ..runtime.cache import cache_dir
 from .linear import KernelLinear, Linear, RowPool, f16_linear, on_pool, over_rows, rows_matmul
-from .whisper_screen import Q8Screen, StepLogits
-from .model import DECODE_LAYERS, prefer_threading_layers, set_threads
-from .whisper_tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
+from .screen import Q8Screen, StepLogits
+from ..runtime.threads import DECODE_LAYERS, prefer_threading_layers, set_threads
+from .tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
 
 SAMPLE_RATE = 16000
 N_FFT = 400

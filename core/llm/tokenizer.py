@@ -1,7 +1,7 @@
 """Text to token ids and back, exactly as llama.cpp's llama-vocab.cpp does it.
 
-One Tokenizer covers the vocab types of GGUF files: "llama" (SPM, core/tokenizer_spm.py) and
-"gpt2"/"gemma4" (BPE, core/tokenizer_bpe.py). This file holds what both share: reading the
+One Tokenizer covers the vocab types of GGUF files: "llama" (SPM, core/llm/tokenizer_spm.py) and
+"gpt2"/"gemma4" (BPE, core/llm/tokenizer_bpe.py). This file holds what both share: reading the
 vocab from GGUF metadata with llama.cpp's defaults, the special tokens and their attributes,
 cutting special tokens out of the text, and turning ids back into bytes.
 """

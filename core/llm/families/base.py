@@ -1,7 +1,7 @@
 """What every family shares: hyper-parameters read from GGUF and the tables `forward` runs on.
 
 A family file states only how it differs (its flags and which optional tensors it has); this
-module turns a GGUF file plus those flags into the weight/norm tables of core/forward.py.
+module turns a GGUF file plus those flags into the weight/norm tables of core/llm/forward.py.
 """
 import math
 from dataclasses import dataclass, field
@@ -116,7 +116,7 @@ REQUIRED_NORMS = ("attn_norm.weight", "ffn_norm.weight")
 
 @dataclass
 class Tables:
-    """The arrays core/forward.py runs on, plus the per-layer flags."""
+    """The arrays core/llm/forward.py runs on, plus the per-layer flags."""
     wtab: np.ndarray
     fbuf: np.ndarray
     ftab: np.ndarray

@@ -1,12 +1,12 @@
-"""The two per-step passes of a screened output projection (core.whisper.Q8Screen): each row's
+"""The two per-step passes of a screened output projection (core.asr.screen.Q8Screen): each row's
 bound on its screened logit's error (one compiled pass; numpy takes six, with as many
 temporaries), and the rows whose bound reaches the best (numpy's vector argmax and compare
 find the few candidates faster than any scalar loop over the vocabulary)."""
 import numpy as np
 from numba import njit
 
-from .actq import round_f16
-from .quants import JIT
+from ..actq import round_f16
+from ..quants import JIT
 
 
 @njit(**JIT)

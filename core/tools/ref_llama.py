@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..runtime.cache import cache_dir
+
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 TOOLS = ("llama-bench", "llama-completion", "llama-tokenize", "llama-eval-callback")
 TOP_K = 8                      # logits kept per greedy step (id, logit), best first
@@ -35,11 +37,6 @@ HOW_TO_GET = (
 
 class ReferenceError(RuntimeError):
     """The reference engine is missing or failed; the message is one sentence for the user."""
-
-
-def cache_dir():
-    import platformdirs
-    return Path(os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama"))
 
 
 def cached_build():
@@ -144,7 +141,7 @@ class Reference:
                      max_elems=1 << 24):
         """Every F32/F16 node llama.cpp computes, bit for bit, through the bindings: a list with
         one [(name, array (ne3, ne2, ne1, ne0) f32), ...] per decode, in graph order; the prompt
-        as one batch, then each of step_ids alone (see core/ref_tensors.py)."""
+        as one batch, then each of step_ids alone (see core/tools/ref_llama_worker.py)."""
         if not self.has_bindings:
             raise ReferenceError(f"exact tensor dumps need llama.cpp's Python bindings: {HOW_TO_GET}.")
         with tempfile.TemporaryDirectory(prefix="dasllama-dump-") as tmp:
@@ -152,7 +149,7 @@ class Reference:
             request = {"model": os.fspath(model_path), "prompt_ids": [int(i) for i in prompt_ids],
                        "step_ids": [int(i) for i in step_ids], "n_threads": n_threads,
                        "n_ctx": n_ctx, "out": str(out), "max_elems": max_elems}
-            script = Path(__file__).resolve().parent / "ref_tensors.py"
+            script = Path(__file__).resolve().parent / "ref_llama_worker.py"
             done = subprocess.run([sys.executable, str(script)], input=json.dumps(request),
                                   env=self._bindings_env(), capture_output=True, text=True,
                                   errors="replace")

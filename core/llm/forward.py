@@ -1,6 +1,6 @@
 """The transformer forward pass shared by every family, as one compiled function.
 
-A family file (core/models/*.py) describes its model as tables: weight slots per layer
+A family file (core/llm/families/*.py) describes its model as tables: weight slots per layer
 (offset, quant type, rows, cols into the memory-mapped file), small f32 tensors (norms,
 biases), integer and float hyper-parameters and per-layer flags. `forward` runs T tokens
 through all layers without returning to Python, so a decode step costs one dispatch, not one

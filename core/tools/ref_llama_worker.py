@@ -1,6 +1,6 @@
 """Every named tensor of a llama.cpp run, bit for bit, through its shared library.
 
-Run as a script with `llama_cpp` importable (core/reference.py starts it, so llama.cpp's
+Run as a script with `llama_cpp` importable (core/tools/ref_llama.py starts it, so llama.cpp's
 threads and crashes stay out of our process): it decodes the prompt as one batch, then each
 further id alone, and through llama_context_params.cb_eval (ggml_backend_sched_eval_callback)
 copies out each F32/F16 graph node as it is computed. Asking for a node makes the scheduler

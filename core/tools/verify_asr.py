@@ -12,8 +12,8 @@ margin is ours alone).
 import math
 from dataclasses import asdict, dataclass, field
 
-from .verify import DEFAULT_TIE_GAP
-from .whisper_decode import DecodeOptions, check_language, transcribe
+from .verify_llm import DEFAULT_TIE_GAP
+from ..asr.decode import DecodeOptions, check_language, transcribe
 
 T0 = "t0"         # an entry holding a segment's start time rather than a token id
 

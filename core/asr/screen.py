@@ -5,7 +5,7 @@ import numpy as np
 
 from dasllama.kernels.actq import ACT_Q8_0, quantize_act
 from dasllama.kernels.quants import F16, Q8_0
-from dasllama.kernels.screen import contenders, screen_margins
+from dasllama.kernels.speech.screen import contenders, screen_margins
 
 from .linear import KernelLinear
 

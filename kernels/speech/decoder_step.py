@@ -11,11 +11,11 @@ kernels.attend reads them.
 import numpy as np
 from numba import njit
 
-from .actq import ACT_F16, quantize_act
+from ..actq import ACT_F16, quantize_act
 from .attend import attend_f16, to_f16_bits
 from .encoder_ops import bias_gelu, layer_norm
-from .matmul import matmul
-from .quants import F16, JIT
+from ..matmul import matmul
+from ..quants import F16, JIT
 
 LN_ATTN, LN_CROSS, LN_MLP = 0, 2, 4     # rows of norms: w at i, b at i + 1
 

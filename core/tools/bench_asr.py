@@ -4,15 +4,15 @@ A sample is the wall time of one greedy transcription of a clip whose samples ar
 memory (log-mel, encoder and decoder; the model loaded before, its load timed apart). Each
 engine transcribes every clip once untimed first (numba compiles, pages fault in). Then per
 repetition and clip: ours, then whisper.cpp's (A B A B), each on a machine left idle by others
-and taken again when visibly disturbed, as core/bench.py does for llama-bench.
+and taken again when visibly disturbed, as core/tools/bench_llm.py does for llama-bench.
 """
 import os
 import time
 from functools import partial
 
-from .bench import IDLE_WAIT_S, summarize, take_sample
-from .whisper import FTYPES, SAMPLE_RATE
-from .whisper_decode import transcribe
+from .bench_llm import IDLE_WAIT_S, summarize, take_sample
+from ..asr.model import FTYPES, SAMPLE_RATE
+from ..asr.decode import transcribe
 
 FTYPE_NAMES = {file_type: name.upper() for name, (file_type, _) in FTYPES.items()} | {0: "F32"}
 

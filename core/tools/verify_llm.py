@@ -184,7 +184,7 @@ def layer_drift(model, ref, ref_model_path, text, n_threads, bound=DEFAULT_DRIFT
     """Run `text` through llama-eval-callback and through our engine with a trace; name the
     first (layer, tensor) in graph order whose values or sum differ by more than `bound`
     (relative to the tensor's size, see tensor_error)."""
-    from .forward import TRACE_NAMES
+    from ..llm.forward import TRACE_NAMES
     ref_ids, dumps = ref.eval_callback(ref_model_path, text, n_threads)
     drift = Drift(bound, ref_ids)
     if len(ref_ids) > model.n_batch:

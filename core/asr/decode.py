@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dasllama.kernels.encoder_ops import log_softmax as _log_softmax, logsumexp as _logsumexp
+from dasllama.kernels.speech.encoder_ops import log_softmax as _log_softmax, logsumexp as _logsumexp
 
-from .whisper import HOP_LENGTH, N_FFT, N_FRAMES, SAMPLE_RATE
-from .whisper_tokenizer import LANGUAGES
+from .model import HOP_LENGTH, N_FFT, N_FRAMES, SAMPLE_RATE
+from .tokenizer import LANGUAGES
 
 TIME_PRECISION = 0.02                  # seconds per timestamp step (2 mel frames)
 INPUT_STRIDE = 2                       # mel frames per encoder position

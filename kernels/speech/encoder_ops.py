@@ -2,15 +2,15 @@
 tanh-GELU and the softmax of attention scores. numpy takes five to eight passes over a (T, n)
 activation for each; these take one or two. They run on the calling thread without the GIL,
 so the caller shares rows out over its own threads: the encoder's pool, which runs its BLAS
-too, so numba's workers stay out of the encoder (see core.model.DECODE_LAYERS). Their exp is
+too, so numba's workers stay out of the encoder (see core.runtime.threads.DECODE_LAYERS). Their exp is
 Cephes' expf written so LLVM vectorises it (numba has no SVML here, and a libm call per
 element is slower than numpy's own vector loops).
 """
 import numpy as np
 from numba import njit
 
-from .ir import bits_f32, max_f32
-from .quants import JIT
+from ..ir import bits_f32, max_f32
+from ..quants import JIT
 
 _LOG2E = np.float32(1.44269504088896341)
 _LN2_HI = np.float32(0.693359375)          # ln 2 split so n * _LN2_HI is exact
