@@ -1,26 +1,15 @@
 """`dasllama bench`: llama-bench's tests and output for our engine, with llama-bench itself run
 beside it (--ref llama.cpp) and a receipt of the machine, software and inputs; with a Whisper
 model, transcriptions of AUDIO files timed beside whisper.cpp's (--ref whisper.cpp)."""
-import json
 import os
 import shlex
 
 import click
 
 from dasllama.core import load
-from dasllama.core.tools.bench_llm import (
-    IDLE_WAIT_S,
-    decode_bytes,
-    read_bandwidth,
-    run_bench,
-    tests_for,
-)
-from dasllama.core.tools.receipt import (
-    build_receipt,
-    dasllama_commit,
-    physical_cores,
-    probe_hardware,
-)
+from dasllama.core.tools.bench_llm import IDLE_WAIT_S, add_bandwidth, run_bench, tests_for
+from dasllama.core.tools.receipt import (build_info, build_receipt, physical_cores, probe_hardware,
+                                         write_results)
 from dasllama.core.tools.ref_llama import ReferenceError, find_reference
 from dasllama.core.asr.model import is_whisper_model
 
@@ -89,7 +78,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         hardware = probe_hardware()
         _warn_if_busy(hardware)
         bench_asr(model_path, audio, repetitions, threads or physical_cores(), fmt, ref, ref_model,
-                  wait_idle, receipt_path, language, task, not no_timestamps, hardware, _build(hardware))
+                  wait_idle, receipt_path, language, task, not no_timestamps, hardware, build_info(hardware))
         return
     if audio:
         raise click.UsageError(f"unexpected argument {audio[0]!r}: AUDIO files go with a Whisper model.")
@@ -110,7 +99,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         raise click.ClickException(str(e)) from None
     hardware = probe_hardware()
     _warn_if_busy(hardware)
-    build = _build(hardware)
+    build = build_info(hardware)
 
     def progress(test, rep, ours_ts, ref_ts):
         theirs = f", llama.cpp {ref_ts:.2f} t/s" if ref_ts is not None else ""
@@ -125,7 +114,8 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
                                       idle_wait=wait_idle, on_sample=progress, on_retake=retaken)
     except ReferenceError as e:
         raise click.ClickException(str(e)) from None
-    _report_bandwidth(model, tests, records)
+    for line in add_bandwidth(model, records):
+        click.echo(f"bench: {line}", err=True)
     ours_cmd = our_command_line(model.path, n_prompt, n_gen, repetitions, model.n_threads, fmt, ref, ref_model)
     receipt = None
     if fmt == "json" or receipt_path:
@@ -133,39 +123,14 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         receipt = build_receipt({"dasllama": ours_cmd, "llama.cpp": [shlex.join(c) for c in ref_cmds]},
                                 inputs, reference.describe() if reference else None, hardware)
     if receipt_path:
-        with open(receipt_path, "w") as f:
-            json.dump({"results": records, "receipt": receipt}, f, indent=2)
-            f.write("\n")
+        write_results(receipt_path, records, receipt)
     click.echo(render(records, fmt, receipt, ref is not None, FIELDS, to_markdown), nl=False)
-
-
-def _report_bandwidth(model, tests, records):
-    """For tg tests, the GB/s each engine streams (the bytes a token reads x its t/s) against a
-    plain read of the same weights taken now: on stderr, and in the records (JSON)."""
-    if not any(t.n_gen and not t.n_prompt for t in tests):
-        return
-    per_token = decode_bytes(model)
-    wall = read_bandwidth(model)
-    for r in records:
-        if r["n_gen"] and not r["n_prompt"]:
-            r["decode_bytes_per_token"] = per_token
-            r["decode_gbps"] = per_token * r["avg_ts"] / 1e9
-            r["read_gbps"] = wall / 1e9
-            click.echo(f"bench: tg{r['n_gen']} {r['engine']}: {per_token / 1e6:.0f} MB a token at "
-                       f"{r['avg_ts']:.2f} t/s = {r['decode_gbps']:.1f} GB/s, "
-                       f"{100 * r['decode_gbps'] / r['read_gbps']:.0f} % of a plain read of the "
-                       f"weights ({r['read_gbps']:.1f} GB/s, {model.n_threads} threads)", err=True)
 
 
 def _warn_if_busy(hardware):
     if hardware["loadavg_1m"] and hardware["loadavg_1m"] > 0.5 * hardware["logical_cpus"]:
         click.echo(f"bench: the machine is busy (load {hardware['loadavg_1m']:.1f} on "
                    f"{hardware['logical_cpus']} CPUs): figures will be low and noisy.", err=True)
-
-
-def _build(hardware):
-    return {"commit": (dasllama_commit().get("dasllama_commit") or "unknown")[:7],
-            "cpu_info": hardware["cpu_model"]}
 
 
 def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, ref, ref_model):

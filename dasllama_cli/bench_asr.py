@@ -1,6 +1,5 @@
 """`dasllama bench` with a Whisper model: wall time and real-time factor per clip, the model
 load apart, whisper.cpp (pywhispercpp) beside it on the same weights (--ref whisper.cpp)."""
-import json
 import os
 import shlex
 
@@ -8,7 +7,7 @@ import click
 
 from dasllama.core.tools.bench_asr import run_asr_bench
 from dasllama.core.tools.verify_asr import greedy_options
-from dasllama.core.tools.receipt import build_receipt
+from dasllama.core.tools.receipt import build_receipt, write_results
 from dasllama.core.asr.model import WhisperModel, default_model_path
 from dasllama.core.asr.decode import check_language
 from dasllama.core.tools.ref_whisper import WhisperCpp, check_available
@@ -66,9 +65,7 @@ def bench_asr(model_path, audio, repetitions, threads, fmt, ref, ref_model, wait
         receipt = build_receipt({"dasllama": ours_cmd, "whisper.cpp": [ref_cmd] if ref_cmd else []},
                                 inputs, ref_info, hardware)
     if receipt_path:
-        with open(receipt_path, "w") as f:
-            json.dump({"results": records, "receipt": receipt}, f, indent=2)
-            f.write("\n")
+        write_results(receipt_path, records, receipt)
     click.echo(render(records, fmt, receipt, ref is not None, FIELDS, to_markdown), nl=False)
 
 

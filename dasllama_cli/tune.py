@@ -10,8 +10,8 @@ from dasllama import kernels
 from dasllama.core import default_model_path
 from dasllama.core.runtime.threads import DECODE_LAYERS, prefer_threading_layers
 from dasllama.formats.gguf import open_gguf
-from dasllama.kernels import matmul, sidecar, rowgroups
-from dasllama.kernels.tune import Noisy, model_shapes, tune
+from dasllama.kernels import sidecar
+from dasllama.kernels.tune import Noisy, in_force, model_shapes, tune
 
 from .errors import USER_ERRORS
 
@@ -116,26 +116,10 @@ def _tell(report):
 def render_in_force(qtypes=None):
     """What runs for each weight type and phase, where that choice comes from, and what was
     refused or skipped on the way."""
-    choices, notes = sidecar.resolve(matmul.VARIANTS)
-    layouts, layout_notes = sidecar.resolve_layouts(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices)
-    doc, refusal = sidecar.read()
-    rows = []
-    named = [(key, key[1] if len(key) == 2 else sidecar.shape_key(*key[1:]), c) for key, c in choices.items()]
-    named += [(key, sidecar.layout_key(key[1]), c) for key, c in layouts.items()]
-    for key, phase, choice in sorted(named, key=lambda r: (sidecar.type_name(r[0][0]), r[1])):
-        if qtypes is None or key[0] in qtypes:
-            rows.append([sidecar.type_name(key[0]), phase, choice.variant, choice.source])
-    notes += [n for n in layout_notes if n not in notes]
-    text = table(["type", "phase", "variant", "source"], rows)
-    path = sidecar.sidecar_path()
-    if doc:
-        prov = doc["provenance"]
-        status = (f"tuned {prov.get('created')} in {prov.get('seconds')} s, noise {prov.get('noise', 0):.1%}"
-                  + (" (forced)" if prov.get("forced") else ""))
-    else:
-        status = str(refusal) if refusal else "none"
-    text += f"\nsidecar: {path}: {status}\n"
-    return text + "".join(f"note: {n}\n" for n in notes)
+    state = in_force(qtypes)
+    text = table(["type", "phase", "variant", "source"], state.rows)
+    text += f"\nsidecar: {state.path}: {state.status}\n"
+    return text + "".join(f"note: {n}\n" for n in state.notes)
 
 
 def table(head, rows):

@@ -8,14 +8,9 @@ import click
 
 from dasllama.core import load
 from dasllama.core.tools.ref_llama import ReferenceError, find_reference
-from dasllama.core.tools.verify_llm import (
-    DEFAULT_DRIFT_BOUND,
-    DEFAULT_TIE_GAP,
-    MAX_EXACT_STEPS,
-    exact_drift,
-    find_drift,
-    verify_prompt,
-)
+from dasllama.core.tools import verdict
+from dasllama.core.tools.verify_llm import (DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, FAILING, VERDICTS,
+                                            WORST_FIRST, verify_prompts)
 from dasllama.core.asr.model import is_whisper_model
 
 from .errors import USER_ERRORS
@@ -95,24 +90,13 @@ def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_mod
         click.echo("verify: llama.cpp's Python bindings (llama_cpp) are absent: ids come from "
                    "llama-completion, so logit gaps are unavailable.", err=True)
     try:
-        runs = reference.greedy(ref_path, prompts, n_predict, model.n_threads, ctx_size)
-        results = []
-        for prompt, run in zip(prompts, runs):
-            result = verify_prompt(model, run, prompt, n_predict, tie_gap)
-            wanted = layers if layers is not None else result.verdict in ("divergence", "near-tie")
-            if wanted and result.verdict != "tokenizer":
-                if reference.has_bindings:
-                    steps = result.ref_ids[:min(result.n_matched, MAX_EXACT_STEPS)]
-                    result.exact = exact_drift(model, reference, ref_path, result.prompt_ids, steps,
-                                               model.n_threads)
-                elif reference.has_tool("llama-eval-callback"):
-                    result.drift = find_drift(model, reference, ref_path, result, model.n_threads, drift_bound)
-            results.append(result)
+        results = verify_prompts(model, reference, ref_path, prompts, n_predict, tie_gap, layers,
+                                 drift_bound)
     except (ReferenceError, *USER_ERRORS) as e:
         raise SetupError(str(e)) from None
-    code = exit_code(results, strict)
+    code = verdict.exit_code(results, FAILING, strict)
     if as_json:
-        report = {"verdict": overall(results), "exit_code": code, "model": model.path,
+        report = {"verdict": verdict.overall(results, WORST_FIRST), "exit_code": code, "model": model.path,
                   "ref_model": ref_path, "reference": reference.describe(), "n_predict": n_predict,
                   "tie_gap": tie_gap, "drift_bound": drift_bound,
                   "prompts": [r.to_dict() for r in results]}
@@ -120,20 +104,8 @@ def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_mod
     else:
         for i, r in enumerate(results, 1):
             click.echo(render(i, r, tie_gap, reference.has_bindings))
-        click.echo(summary(results, code))
+        click.echo(verdict.summary(results, VERDICTS, code, "prompts"))
     click.get_current_context().exit(code)
-
-
-def exit_code(results, strict):
-    bad = {"divergence", "tokenizer"} | ({"near-tie"} if strict else set())
-    return 1 if any(r.verdict in bad for r in results) else 0
-
-
-def overall(results):
-    for verdict in ("tokenizer", "divergence", "near-tie"):
-        if any(r.verdict == verdict for r in results):
-            return verdict
-    return "parity"
 
 
 def render(i, r, tie_gap, have_logits):
@@ -195,9 +167,3 @@ def _drift_line(drift):
     il, name, ref_name, err = drift.first
     alias = f" (llama.cpp {ref_name})" if ref_name != name else ""
     return f"layers: first drift past {drift.bound} at layer {il} {name}{alias} ({err:.4f}) {where}; {worst}{note}"
-
-
-def summary(results, code):
-    counts = {v: sum(r.verdict == v for r in results) for v in ("parity", "near-tie", "divergence", "tokenizer")}
-    parts = [f"{n} {v}" for v, n in counts.items() if n]
-    return f"verify: {', '.join(parts)} of {len(results)} prompts (exit {code})"

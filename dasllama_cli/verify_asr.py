@@ -5,7 +5,8 @@ import os
 
 import click
 
-from dasllama.core.tools.verify_asr import exit_code, greedy_options, overall, verify_clip
+from dasllama.core.tools import verdict
+from dasllama.core.tools.verify_asr import FAILING, VERDICTS, WORST_FIRST, greedy_options, verify_clip
 from dasllama.core.asr.model import WhisperModel, WhisperModelError, default_model_path
 from dasllama.core.asr.decode import TranscribeError, check_language
 from dasllama.core.tools.ref_whisper import WhisperCpp, WhisperCppError, check_available, ggml_bin
@@ -48,9 +49,9 @@ def verify_asr(setup_error, model_path, audio, ref_model, threads, language, tas
             version = ref.describe()
     except ASR_ERRORS as e:
         raise setup_error(str(e)) from None
-    code = exit_code(results, strict)
+    code = verdict.exit_code(results, FAILING, strict)
     if as_json:
-        report = {"verdict": overall(results), "exit_code": code, "model": str(model.path),
+        report = {"verdict": verdict.overall(results, WORST_FIRST), "exit_code": code, "model": str(model.path),
                   "ref_model": ref_path, "reference": version, "tie_gap": tie_gap,
                   "options": {"language": language, "task": task, "timestamps": timestamps},
                   "clips": [r.to_dict() for r in results]}
@@ -58,7 +59,7 @@ def verify_asr(setup_error, model_path, audio, ref_model, threads, language, tas
     else:
         for i, r in enumerate(results, 1):
             click.echo(render(i, r, tie_gap))
-        click.echo(summary(results, code))
+        click.echo(verdict.summary(results, VERDICTS, code, "clips"))
     click.get_current_context().exit(code)
 
 
@@ -91,10 +92,3 @@ def render(i, r, tie_gap):
 def _texts(r):
     return (f"  ours        {json.dumps(r.text, ensure_ascii=False)}\n"
             f"  whisper.cpp {json.dumps(r.ref_text, ensure_ascii=False)}")
-
-
-def summary(results, code):
-    counts = {v: sum(r.verdict == v for r in results)
-              for v in ("parity", "near-tie", "divergence", "transcript")}
-    parts = [f"{n} {v}" for v, n in counts.items() if n]
-    return f"verify: {', '.join(parts)} of {len(results)} clips (exit {code})"

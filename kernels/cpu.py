@@ -1,6 +1,7 @@
 """What CPU this is: model name, instruction-set features, and the class its tuned profile is
-shipped for. Plain Python (no numba): the kernel package reads it while choosing variants,
-before anything is compiled.
+shipped for; and what LLVM will compile for (`llvm_has`), which the IR kernels choose their
+instructions by. The one place the engine asks. Plain Python (no numba): the kernel package
+reads it while choosing variants, before anything is compiled.
 """
 import os
 import platform
@@ -66,3 +67,11 @@ def _first_processor(path):
             key, _, value = line.partition(":")
             fields.setdefault(key.strip(), value.strip())
     return fields
+
+
+def llvm_has(*features):
+    """LLVM's host CPU has every one of `features` (LLVM's names: avx512vnni, avx512bw, ...):
+    the instructions the IR kernels may emit, whatever the OS reports."""
+    import llvmlite.binding as llvm
+    have = llvm.get_host_cpu_features()
+    return all(have.get(f, False) for f in features)

@@ -33,7 +33,7 @@ For batches llama.cpp takes other paths, which fold otherwise (see gemm_tokens):
 These are the references the fast kernels are tested against, bit for bit.
 
 Which CPU: all of the above is read from llama.cpp 0c1e570 built with GGML_NATIVE on an AVX-512
-(F/BW/VL/VNNI) x86 CPU and checked bit for bit against it (tests/core/test_exact.py). On an
+(F/BW/VL/VNNI) x86 CPU and checked bit for bit against it (tests/core/llm/test_exact.py). On an
 AVX2-only CPU the quantized folds hold as they are (ggml's x86 quant dots and the tiled
 microtile are AVX2 code with the same fold; Q2_K is not repacked there, see REPACK_Q2_K), but
 FLOAT does not: ggml_vec_dot_f16 and tinyBLAS run 8 lanes wide there, which is not modelled.

@@ -109,7 +109,7 @@ _kd_q3_k = _kp_q3_k = None
 _kd_q4_k = _kp_q4_k = None
 _kd_q5_k = _kp_q5_k = None
 _kd_q6_k = _kp_q6_k = None
-_k_q8_0_x8 = rowgroups.KERNELS[Q8_0_X8]      # the copies' layouts (model.prefill_copies), one kernel each
+_k_q8_0_x8 = rowgroups.KERNELS[Q8_0_X8]      # the copies' layouts (model.weight_copies), one kernel each
 _k_q4_k_x8 = rowgroups.KERNELS[Q4_K_X8]
 _k_q6_k_x8 = rowgroups.KERNELS[Q6_K_X8]
 _k_q4_0_x8 = rowgroups.KERNELS[Q4_0_X8]
@@ -121,14 +121,53 @@ _k_q6_k_x16 = rowgroups.KERNELS[Q6_K_X16 if rowgroups.HAS_X16 else Q6_K_X8]
 _k_q4_0_x16 = rowgroups.KERNELS[Q4_0_X16 if rowgroups.HAS_X16 else Q4_0_X8]
 
 
+
+MAX_SHAPE_KERNELS = 4
+
+
+def shape_kernel(qtype, phase, chosen, build):
+    """kernel(w, R, C, xq, xd, xa, xf, T, out) for one format and phase: the chosen variant's
+    own kernel, or, where some shapes have a winner of their own, a small dispatcher on
+    (rows, cols) over at most MAX_SHAPE_KERNELS variants."""
+    names = [chosen[qtype, phase]]
+    rows = []
+    for key, variant in sorted(chosen.items(), key=str):
+        if len(key) == 4 and key[:2] == (qtype, phase) and variant != names[0]:
+            if variant not in names and len(names) < MAX_SHAPE_KERNELS:
+                names.append(variant)
+            if variant in names:
+                rows.append((key[2], key[3], names.index(variant)))
+    if not rows:
+        return build(qtype, names[0])
+
+    k0, k1, k2, k3 = [build(qtype, n) for n in (names + names[:1] * MAX_SHAPE_KERNELS)[:MAX_SHAPE_KERNELS]]
+    table = np.array(rows, np.int64)   # (n, 3): rows, cols, kernel slot
+
+    @njit(**JIT)
+    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
+        slot = 0
+        for i in range(table.shape[0]):
+            if table[i, 0] == n_rows and table[i, 1] == n_cols:
+                slot = table[i, 2]
+        if slot == 0:
+            k0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif slot == 1:
+            k1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        elif slot == 2:
+            k2(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        else:
+            k3(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+    return kernel
+
+
 def _bind_active():
     """Point the _kd_* (decode) and _kp_* (prefill) globals at the active kernels."""
     names = {F32: "f32", F16: "f16", BF16: "bf16", Q8_0: "q8_0", Q4_0: "q4_0", Q4_1: "q4_1",
              Q5_0: "q5_0", Q5_1: "q5_1", Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k",
              Q6_K: "q6_k"}
     for q, short in names.items():
-        globals()["_kd_" + short] = sidecar.shape_kernel(q, "decode", ACTIVE, build_kernel)
-        globals()["_kp_" + short] = sidecar.shape_kernel(q, "prefill", ACTIVE, build_kernel)
+        globals()["_kd_" + short] = shape_kernel(q, "decode", ACTIVE, build_kernel)
+        globals()["_kp_" + short] = shape_kernel(q, "prefill", ACTIVE, build_kernel)
     return ",".join(f"{key}={name}" for key, name in sorted(ACTIVE.items(), key=str))
 
 

@@ -1,6 +1,6 @@
 """Weights repacked in groups of 8 (or 16) rows: one vector lane a row, the token broadcast.
 
-Four formats have copies model.prefill_copies makes at load (make_copy): Q8_0_X8 (of Q8_0
+Four formats have copies model.weight_copies makes at load (make_copy): Q8_0_X8 (of Q8_0
 and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its tile and kernel below, and the
 same four 16 rows wide (Q8_0_X16, ...: zmm lanes, for CPUs with AVX-512 and VNNI, where a zmm
 operation costs what a ymm one does and does twice the rows). Which phases multiply through

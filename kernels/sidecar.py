@@ -11,12 +11,13 @@ the first of
 A sidecar from another machine, another version, or one that cannot be read is refused as a
 whole with a named reason; an entry naming a variant that this build does not offer is skipped.
 The same precedence chooses each format's layout for a phase (resolve_layouts): "x8" or
-"x16", the 8- or 16-row copy model.prefill_copies makes at load (kernels/rowgroups.py), or "file", the
+"x16", the 8- or 16-row copy model.weight_copies makes at load (kernels/rowgroups.py), or "file", the
 blocks as they lie in the file; a pin names it as a variant ("Q8_0:decode=file"), a sidecar or
 profile under the key "<phase> layout". A layout this CPU is not offered (x16 without AVX-512)
 is skipped with a note, as an unknown variant is. Layouts are data the compiled forward reads,
 not code: changing one compiles nothing.
-Plain Python (no numba): the kernel package resolves this before it compiles anything.
+Plain Python (no numba): the kernel package resolves this before it compiles anything; the
+per-shape dispatch these choices ask for is built in matmul.py.
 """
 import functools
 import hashlib
@@ -277,7 +278,7 @@ def resolve_layouts(offered, choices_of=None, pin_text=None, doc=None, features=
 
 
 def layouts_in_force(offered, choices_of=None):
-    """{(qtype, phase): layout} for model.prefill_copies; what was skipped is warned about, and
+    """{(qtype, phase): layout} for model.weight_copies; what was skipped is warned about, and
     a broken config falls back to the defaults (as in_force)."""
     try:
         choices, notes = resolve_layouts(offered, choices_of)
@@ -339,46 +340,3 @@ def selection_tag():
         return ""
     text = ",".join(f"{t}:{k}={v}" for (t, k), v in sorted(chosen.items()))
     return "-" + hashlib.sha256(text.encode()).hexdigest()[:10]
-
-
-MAX_SHAPE_KERNELS = 4
-
-
-def shape_kernel(qtype, phase, chosen, build):
-    """kernel(w, R, C, xq, xd, xa, xf, T, out) for one format and phase: the chosen variant's
-    own kernel, or, where some shapes have a winner of their own, a small dispatcher on
-    (rows, cols) over at most MAX_SHAPE_KERNELS variants."""
-    names = [chosen[qtype, phase]]
-    rows = []
-    for key, variant in sorted(chosen.items(), key=str):
-        if len(key) == 4 and key[:2] == (qtype, phase) and variant != names[0]:
-            if variant not in names and len(names) < MAX_SHAPE_KERNELS:
-                names.append(variant)
-            if variant in names:
-                rows.append((key[2], key[3], names.index(variant)))
-    if not rows:
-        return build(qtype, names[0])
-
-    import numpy as np
-    from numba import njit
-
-    from .quants import JIT
-
-    k0, k1, k2, k3 = [build(qtype, n) for n in (names + names[:1] * MAX_SHAPE_KERNELS)[:MAX_SHAPE_KERNELS]]
-    table = np.array(rows, np.int64)   # (n, 3): rows, cols, kernel slot
-
-    @njit(**JIT)
-    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-        slot = 0
-        for i in range(table.shape[0]):
-            if table[i, 0] == n_rows and table[i, 1] == n_cols:
-                slot = table[i, 2]
-        if slot == 0:
-            k0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif slot == 1:
-            k1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif slot == 2:
-            k2(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        else:
-            k3(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-    return kernel

@@ -8,12 +8,12 @@ template every variant comes from: prange over row tiles, token tiles inside, ca
 token chunks outside. Tails: rows and tokens past the valid count re-read the last valid one
 and are not stored, so one tile function serves every shape.
 """
-import llvmlite.binding as llvm
 import numba
 import numpy as np
 from numba import njit
 from numba.extending import intrinsic
 
+from .cpu import llvm_has
 from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS, UNSIGNED_OFFSET, WIDE_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, i64_call, keep_alive, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
@@ -243,13 +243,8 @@ _F_PLANS = [("simd_r4t4", dict(rows=4, tokens=4, rows1=1)),
 _ACT_CHUNK_BYTES = 256 * 1024
 
 
-def _host_has(*features):
-    have = llvm.get_host_cpu_features()
-    return all(have.get(f, False) for f in features)
-
-
-HAS_VNNI = _host_has("avx512vnni", "avx512vl")
-HAS_AVX512BW = _host_has("avx512bw")
+HAS_VNNI = llvm_has("avx512vnni", "avx512vl")
+HAS_AVX512BW = llvm_has("avx512bw")
 
 
 # decode tiles of 2 and 4 rows beside the default plan's 1: rows stream interleaved, which

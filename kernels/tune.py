@@ -73,7 +73,7 @@ class Shape:
     n_cols: int
     count: int
     weights: np.ndarray = field(repr=False)   # uint8 blocks of one such tensor, as in the file
-    copied: bool = True   # the model may copy it (model.prefill_copies: all but the output)
+    copied: bool = True   # the model may copy it (model.weight_copies: all but the output)
 
     @property
     def key(self):
@@ -585,3 +585,31 @@ def _merged(doc, here, shapes, medians, winners, noise, force, threads, model):
     if model:
         doc["models"] = sorted(set(doc.get("models", [])) | {os.fspath(model)})
     return doc
+
+
+@dataclass
+class InForce:
+    rows: list      # [type name, phase or shape, variant, where the choice comes from]
+    path: object    # the sidecar's path
+    status: str     # when and how it was tuned, why it was refused, or "none"
+    notes: list     # pins and sidecar entries refused or skipped on the way
+
+
+def in_force(qtypes=None):
+    """What runs for each weight type (of `qtypes`, or all) and phase, and why."""
+    choices, notes = sidecar.resolve(M.VARIANTS)
+    layouts, layout_notes = sidecar.resolve_layouts(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices)
+    doc, refusal = sidecar.read()
+    named = [(key, key[1] if len(key) == 2 else sidecar.shape_key(*key[1:]), c) for key, c in choices.items()]
+    named += [(key, sidecar.layout_key(key[1]), c) for key, c in layouts.items()]
+    rows = [[sidecar.type_name(key[0]), phase, choice.variant, choice.source]
+            for key, phase, choice in sorted(named, key=lambda r: (sidecar.type_name(r[0][0]), r[1]))
+            if qtypes is None or key[0] in qtypes]
+    notes += [n for n in layout_notes if n not in notes]
+    if doc:
+        prov = doc["provenance"]
+        status = (f"tuned {prov.get('created')} in {prov.get('seconds')} s, noise {prov.get('noise', 0):.1%}"
+                  + (" (forced)" if prov.get("forced") else ""))
+    else:
+        status = str(refusal) if refusal else "none"
+    return InForce(rows, sidecar.sidecar_path(), status, notes)

@@ -5,15 +5,13 @@ within `near_tie`, and both engines' picks among our top three). A wrong kernel 
 on a wide gap, and fails.
 
 With llama.cpp's bindings the reference decodes the prompt as one batch, as we do (bit-exact
-on the pinned models, see tests/core/test_exact.py); with its tools alone llama-completion
+on the pinned models, see tests/core/llm/test_exact.py); with its tools alone llama-completion
 decodes it as N-1 tokens then 1, which takes other matmul paths and moves the last bits.
 """
 import numpy as np
 
-from dasllama.core import SamplerParams
-from dasllama.core.llm import generate
+from dasllama.core import SamplerParams, generate
 from dasllama.core.tools.ref_llama import find_reference
-from tests.llama_ref import reference_greedy_ids
 
 
 def reference_ids(bindir, model, prompt, n):
@@ -21,7 +19,8 @@ def reference_ids(bindir, model, prompt, n):
     if ref.has_bindings:
         (run,) = ref.greedy(model.path, [prompt], n, 2, model.n_ctx)
         return run.prompt_ids, run.ids
-    return reference_greedy_ids(bindir, model.path, prompt, n)
+    run = ref.greedy_by_completion(model.path, prompt, n, 2, model.n_ctx)
+    return run.prompt_ids, run.ids
 
 
 def compare_greedy(model, bindir, prompt, n, near_tie):

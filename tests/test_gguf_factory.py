@@ -6,7 +6,8 @@ import subprocess
 import pytest
 from gguf.constants import MODEL_ARCH, MODEL_TENSORS, TENSOR_NAMES
 
-from tests import gguf_factory, llama_ref
+from dasllama.core.tools import ref_llama
+from tests import gguf_factory
 from tests.gguf_factory import ARCHES, QTYPES
 
 PROMPT = "Hello world"
@@ -41,7 +42,7 @@ def printed_text(cmd, tries=5):
 def test_llama_cpp_runs_the_model(llama_bin, tiny_model, tmp_path, arch, qtype):
     path = tiny_model(arch, qtype)
     session = tmp_path / "session.bin"
-    done = run(llama_ref.completion_cmd(llama_bin, path, PROMPT, N_PREDICT, session=session) + ["-lv", "4"])
+    done = run(ref_llama.find_reference(llama_bin).completion_cmd(path, PROMPT, N_PREDICT, session=session) + ["-lv", "4"])
     assert done.returncode == 0, done.stderr[-3000:]
     # llama.cpp's own count of tensor types (logged at load, long before the lossy tail):
     # 1-D tensors F32, every matrix in qtype
@@ -52,7 +53,7 @@ def test_llama_cpp_runs_the_model(llama_bin, tiny_model, tmp_path, arch, qtype):
         assert "creating non-SWA KV cache" in done.stderr
     n_prompt = int(re.search(r"number of tokens in prompt = (\d+)", done.stderr).group(1))
     # a random model is unlikely to hit an end-of-generation token within 8
-    assert len(llama_ref.session_tokens(session)) == n_prompt + N_PREDICT
+    assert len(ref_llama.session_tokens(session)) == n_prompt + N_PREDICT
 
 
 # One per vocab kind: SPM, SPM without a space prefix (gemma), qwen2 BPE, phi-3 SPM; and a K-quant.
@@ -60,7 +61,8 @@ def test_llama_cpp_runs_the_model(llama_bin, tiny_model, tmp_path, arch, qtype):
                                         ("phi3", "F32"), ("llama", "Q4_K")])
 def test_reference_ids_are_llama_cpps(llama_bin, tiny_model, tmp_path, arch, qtype):
     path = tiny_model(arch, qtype)
-    prompt_ids, ids = llama_ref.reference_greedy_ids(llama_bin, path, PROMPT, N_PREDICT)
+    greedy_run = ref_llama.find_reference(llama_bin).greedy_by_completion(path, PROMPT, N_PREDICT, 2, 4096)
+    prompt_ids, ids = greedy_run.prompt_ids, greedy_run.ids
     tokenized = run([llama_bin / "llama-tokenize", "-m", path, "-p", PROMPT, "--ids", "--log-disable"])
     assert prompt_ids == ast.literal_eval(tokenized.stdout.strip())
     assert len(set(ids)) > 1, "a degenerate model: greedy repeats one token"
@@ -68,9 +70,9 @@ def test_reference_ids_are_llama_cpps(llama_bin, tiny_model, tmp_path, arch, qty
     # The session file makes llama.cpp decode the prompt as N-1 + 1 tokens; a plain run must
     # print the same text, and that run's session must hold the same ids.
     session = tmp_path / "session.bin"
-    with_session = printed_text(llama_ref.completion_cmd(llama_bin, path, PROMPT, N_PREDICT, session=session))
-    assert llama_ref.session_tokens(session) == prompt_ids + ids
-    assert printed_text(llama_ref.completion_cmd(llama_bin, path, PROMPT, N_PREDICT)) == with_session
+    with_session = printed_text(ref_llama.find_reference(llama_bin).completion_cmd(path, PROMPT, N_PREDICT, session=session))
+    assert ref_llama.session_tokens(session) == prompt_ids + ids
+    assert printed_text(ref_llama.find_reference(llama_bin).completion_cmd(path, PROMPT, N_PREDICT)) == with_session
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -16,7 +16,7 @@ import numpy as np
 
 from dasllama.kernels.speech.encoder_ops import log_softmax as _log_softmax, logsumexp as _logsumexp
 
-from .model import HOP_LENGTH, N_FFT, N_FRAMES, SAMPLE_RATE
+from .mel import HOP_LENGTH, N_FFT, N_FRAMES, SAMPLE_RATE
 from .tokenizer import LANGUAGES
 
 TIME_PRECISION = 0.02                  # seconds per timestamp step (2 mel frames)

@@ -5,12 +5,12 @@ Weights carry whisper.cpp's tensor names (`encoder.blocks.0.attn.query.weight`),
 formats load by plain lookup after the CT2 names are mapped once (`ct2_tensors`). The encoder's
 matrix work is float32 numpy (BLAS), weights widened to float32 at load (or, with
 encoder_qtype, quantized for dasllama's matmul kernels); its products, attention tiles, norms
-and GELU share out rows over the model's own thread pool (core.linear.RowPool), never over
+and GELU share out rows over the model's own thread pool (core.asr.linear.RowPool), never over
 OpenBLAS's or numba's threads, whose spinning would take a core from it. The decoder's
 per-token matrices are f16 for those kernels, as whisper.cpp keeps them: each decode step
 reads them all, so their bytes set the step time, and the kernels round activations to f16 as
 ggml does. Two things cut those bytes without changing a choice: the keys and values are f16 (whisper.cpp's cache
-types) and attended by one numba pass per head (kernels.attend), and the output projection's
+types) and attended by one numba pass per head (kernels.speech.attend), and the output projection's
 text rows are read as a Q8_0 copy whose error is bounded per row, the rows that could win
 recomputed from f16 (Q8Screen, StepLogits.refine).
 """
@@ -27,26 +27,16 @@ from threadpoolctl import ThreadpoolController
 from dasllama.formats import ct2, whisper_ggml
 from dasllama.kernels.speech.attend import bias_f16_bits
 from dasllama.kernels.speech.decoder_step import decoder_layers
-from dasllama.kernels.speech.encoder_ops import (
-    bias_gelu,
-    layer_norm as layer_norm_kernel,
-    softmax_rows,
-)
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
 from ..runtime.cache import cache_dir
-from .linear import KernelLinear, Linear, RowPool, f16_linear, on_pool, over_rows, rows_matmul
+from .encoder import LN_EPS, bias_gelu_rows, conv1d, conv_weight, encoder_attention, layer_norm
+from .linear import KernelLinear, Linear, RowPool, f16_linear, over_rows
+from .mel import log_mel_spectrogram, mel_filters
 from .screen import Q8Screen, StepLogits
 from ..runtime.threads import DECODE_LAYERS, prefer_threading_layers, set_threads
 from .tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
 
-SAMPLE_RATE = 16000
-N_FFT = 400
-HOP_LENGTH = 160
-CHUNK_LENGTH = 30
-N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE          # samples in one 30 s window
-N_FRAMES = N_SAMPLES // HOP_LENGTH              # mel frames in one window: 3000
-LN_EPS = 1e-5
 
 
 # Where an installed Whisper model may be: the tiny.en package tests/whisper_assets.py pins,
@@ -168,35 +158,6 @@ def ct2_tensors(m, hp):
         yield from mlp(f"decoder/layer_{i}", f"decoder.blocks.{i}")
     yield "decoder.ln.weight", m["decoder/layer_norm/gamma"]
     yield "decoder.ln.bias", m["decoder/layer_norm/beta"]
-
-
-def mel_filters(n_mels, sample_rate=SAMPLE_RATE, n_fft=N_FFT):
-    """librosa's Slaney mel filterbank (htk=False, norm="slaney"), the one whisper ships.
-
-    Computed rather than shipped: a CT2 directory carries no filters.
-    """
-    f_sp, min_log_hz = 200.0 / 3, 1000.0
-    min_log_mel, logstep = min_log_hz / f_sp, np.log(6.4) / 27.0
-
-    def hz_to_mel(f):
-        f = np.asarray(f, np.float64)
-        return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-10) / min_log_hz)
-                        / logstep, f / f_sp)
-
-    def mel_to_hz(m):
-        return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)),
-                        f_sp * m)
-
-    fft_freqs = np.linspace(0, sample_rate / 2, 1 + n_fft // 2)
-    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), n_mels + 2))
-    fdiff = np.diff(mel_f)
-    ramps = mel_f[:, None] - fft_freqs[None, :]
-    lower = -ramps[:-2] / fdiff[:-1, None]
-    upper = ramps[2:] / fdiff[1:, None]
-    # rounded to f32 before and after the norm, as librosa's float32 buffer does
-    weights = np.maximum(0, np.minimum(lower, upper)).astype(np.float32)
-    enorm = 2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels])
-    return (weights * enorm[:, None]).astype(np.float32)     # (n_mels, 1 + n_fft/2)
 
 
 def _is_ct2(path):
@@ -341,7 +302,7 @@ class WhisperModel:
                                 np.concatenate([p.bias for p in kv]), self._pool)
 
     def _decoder_tables(self, blocks):
-        """The decoder layers' weights stacked by layer, as kernels.decoder_step takes them:
+        """The decoder layers' weights stacked by layer, as kernels.speech.decoder_step takes them:
         norms (n_layer, 6, n_state), then (f16 bits, bias) of each linear in its order (the
         only copy kept: a step reads them all)."""
         norms = np.stack([np.stack([*b["attn_ln"], *b["cross_ln"], *b["mlp_ln"]]) for b in blocks])
@@ -503,7 +464,7 @@ class WhisperModel:
 
     def _decoder_layers(self, tokens, pos0, cache, cross):
         """The decoder layers' output (n, n_state) for `tokens` at positions pos0.. (one
-        compiled call, kernels.decoder_step); their keys and values go into the cache."""
+        compiled call, kernels.speech.decoder_step); their keys and values go into the cache."""
         hp = self.hparams
         x = self.token_embd[tokens] + self.dec_pos[pos0:pos0 + len(tokens)]  # (n, n_state)
         scale = np.float32((hp.n_text_state // hp.n_text_head) ** -0.5)
@@ -520,98 +481,6 @@ class DecoderCache:
         self.k = np.zeros((hp.n_text_layer, hp.n_text_state, hp.n_text_ctx), np.uint16)
         self.v = np.zeros_like(self.k)
         self.n = 0
-
-
-def layer_norm(x, w, b, pool=None):
-    """Layer norm of each row of x (T, n) into a new array (a numba kernel, one pass), rows
-    shared out over `pool`."""
-    x = np.ascontiguousarray(x)
-    out = np.empty_like(x)
-    over_rows(pool, len(x), lambda r0, r1: layer_norm_kernel(x[r0:r1], w, b, LN_EPS, out[r0:r1]))
-    return out
-
-
-def bias_gelu_rows(x, bias, pool=None):
-    """x (T, n) <- gelu(x + bias) in place, rows shared out over `pool`."""
-    over_rows(pool, len(x), lambda r0, r1: bias_gelu(x[r0:r1], bias))
-
-
-def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
-    """Non-causal multi-head softmax(q k^T) v on transposed projections, q scaled already.
-
-    qkv_t (3 n, T): rows q | k | v, each n = n_head * d rows, head h at rows h*d:(h+1)*d;
-    returns o (T, n). Every operand is a contiguous block or its transpose, so BLAS reads
-    them in place. The work goes in tiles of (head, q_chunk queries), each with
-    single-threaded BLAS, on `pool` when given: a tile's scores (q_chunk, T) stay in cache,
-    and many small tiles keep both threads busy when a core is shared (a thread per head
-    would wait for the slowest).
-    """
-    n3, T = qkv_t.shape
-    n = n3 // 3
-    d = n // n_head
-    out = np.empty((T, n), np.float32)
-
-    def tile(job):
-        h, t0 = job
-        t1 = min(T, t0 + q_chunk)
-        q_t, k_t, v_t = (qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3))
-        s = q_t[:, t0:t1].T @ k_t                                            # (tc, T)
-        sums = np.empty(t1 - t0, np.float32)
-        softmax_rows(s, sums)
-        o = s @ v_t.T                                                        # (tc, d)
-        o /= sums[:, None]
-        out[t0:t1, h * d:(h + 1) * d] = o
-
-    on_pool(pool, tile, [(h, t0) for h in range(n_head) for t0 in range(0, T, q_chunk)])
-    return out
-
-
-def conv_weight(w):
-    """A conv kernel (C_out, C_in, 3) as the (C_out, 3 * C_in) matrix conv1d multiplies by."""
-    return np.ascontiguousarray(w.transpose(0, 2, 1).reshape(w.shape[0], -1), np.float32)
-
-
-def conv1d(x, w, stride, pool=None):
-    """Conv1d, kernel 3, padding 1, no bias: x (T, C_in) -> (T_out, C_out), T_out = T/stride;
-    w from conv_weight. One product (rows_matmul on `pool`) on the (T_out, 3 * C_in) windows
-    of x."""
-    T, c_in = x.shape
-    xp = np.pad(x, ((1, 1), (0, 0)))                                          # (T + 2, C_in)
-    n_out = (T + 2 - 3) // stride + 1
-    rows = xp.strides[0]
-    cols = np.lib.stride_tricks.as_strided(xp, (n_out, 3, c_in), (stride * rows, rows, 4))
-    return rows_matmul(cols.reshape(n_out, 3 * c_in), w.T, pool)              # (T_out, C_out)
-
-
-def log_mel_spectrogram(samples, filters, pad=N_SAMPLES, chunk=N_FRAMES):
-    """whisper's log-mel (n_mels, n_frames) of samples followed by `pad` zeros.
-
-    STFT with a periodic Hann window of N_FFT, hop HOP_LENGTH, centred frames (reflect pad),
-    the last frame dropped; power through the mel filters, log10 clamped at 1e-10, floored
-    at (max - 8), then (x + 4) / 4. Frames are computed in chunks to bound the temporaries;
-    frames wholly in the zero padding take log10(1e-10) directly, as whisper.cpp does.
-    """
-    samples = np.asarray(samples, np.float32)
-    n = len(samples)
-    half = N_FFT // 2
-    padded = np.zeros(n + pad + 2 * half, np.float32)
-    padded[half:half + n] = samples
-    n_reflect = min(half, max(0, n - 1))
-    padded[half - n_reflect:half] = samples[1:1 + n_reflect][::-1]
-    n_frames = (len(padded) - N_FFT) // HOP_LENGTH
-    n_live = min(n_frames, (n + half) // HOP_LENGTH + 1)    # frames touching any sample
-    window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)).astype(np.float32)
-    mel = np.full((filters.shape[0], n_frames), -10.0, np.float32)
-    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_LENGTH]
-    for f0 in range(0, n_live, chunk):
-        f1 = min(n_live, f0 + chunk)
-        spec = np.fft.rfft(frames[f0:f1] * window, axis=-1)                    # (F, 201)
-        power = (spec.real ** 2 + spec.imag ** 2).astype(np.float32)
-        mel[:, f0:f1] = np.log10(np.maximum(filters @ power.T, 1e-10))
-    np.maximum(mel, mel.max() - 8.0, out=mel)
-    mel += 4.0
-    mel /= 4.0
-    return mel
 
 
 # whisper.cpp's file types (ggml_ftype) for the weights `convert_ct2_to_ggml` can write.

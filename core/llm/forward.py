@@ -52,10 +52,10 @@ def _fvec(fbuf, frow):
 
 
 @njit(cache=True)
-def _linear(wbuf, wrow, pbuf, prow, x, acts, out, have):
+def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
-    wrow, prow: the weight's wtab row (offset, qtype, rows, cols) and ptab entries (the same
-    of each copy, then the batch sizes min..max it serves: model.prefill_copies). A copy
+    wrow, prow: the weight's wtab row (offset, qtype, rows, cols) and ctab entries (the same
+    of each copy, then the batch sizes min..max it serves: model.weight_copies). A copy
     serves the batches it was made for (same result, faster kernel).
     have: the activation kind `acts` already holds for this same x (from the previous
     product on it; -1 when none), which is then not quantised again; returns the kind
@@ -65,7 +65,7 @@ def _linear(wbuf, wrow, pbuf, prow, x, acts, out, have):
     T = x.shape[0]
     for c in range(prow.shape[0]):
         if prow[c, 1] >= 0 and prow[c, 4] <= T <= prow[c, 5]:
-            wrow, wbuf = prow[c], pbuf
+            wrow, wbuf = prow[c], cbuf
             break
     off, qtype, rows, cols = wrow[0], wrow[1], wrow[2], wrow[3]
     xq, xd, xa, xf = acts
@@ -109,12 +109,12 @@ def _trace(trace, name, layer, y):
 
 
 @njit(cache=True)
-def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa, layer_freq_base,
+def forward(tokens, pos0, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, hpf, layer_swa, layer_freq_base,
             kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace, n_threads):
     """Run tokens (T,) at positions pos0.. through the model; write logits of the last n_out.
 
-    pbuf, ptab: copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab, up to two a
-    weight, each with the batch sizes it serves (layout -1: none; model.prefill_copies);
+    cbuf, ctab: copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab, up to two a
+    weight, each with the batch sizes it serves (layout -1: none; model.weight_copies);
     kcache, vcache: (n_layer, n_ctx, n_head_kv*head_dim) uint16 f16 bits, filled at pos0..
     scratch: flat f32 buffers (x, xn, q, k, v, att, ao, gate, up, hid); acts: (xq, xd, xa, xf);
     logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty;
@@ -172,16 +172,16 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
         _trace(trace, 0, il, xn)
         if wtab[il, W_QKV, 1] >= 0:
             qkv = _view(sgate, T, n_head * hd + n_head_kv * (hd + hdv))
-            _linear(wbuf, wtab[il, W_QKV], pbuf, ptab[il, W_QKV], xn, acts, qkv, no_acts)
+            _linear(wbuf, wtab[il, W_QKV], cbuf, ctab[il, W_QKV], xn, acts, qkv, no_acts)
             _add_bias(fbuf, ftab[il, F_BQKV], qkv)
             for t in range(T):
                 q[t, :] = qkv[t, :n_head * hd]
                 k[t, :] = qkv[t, n_head * hd:n_head * hd + n_head_kv * hd]
                 v[t, :] = qkv[t, n_head * hd + n_head_kv * hd:]
         else:
-            have = _linear(wbuf, wtab[il, W_Q], pbuf, ptab[il, W_Q], xn, acts, q, no_acts)
-            have = _linear(wbuf, wtab[il, W_K], pbuf, ptab[il, W_K], xn, acts, k, have)
-            _linear(wbuf, wtab[il, W_V], pbuf, ptab[il, W_V], xn, acts, v, have)
+            have = _linear(wbuf, wtab[il, W_Q], cbuf, ctab[il, W_Q], xn, acts, q, no_acts)
+            have = _linear(wbuf, wtab[il, W_K], cbuf, ctab[il, W_K], xn, acts, k, have)
+            _linear(wbuf, wtab[il, W_V], cbuf, ctab[il, W_V], xn, acts, v, have)
             _add_bias(fbuf, ftab[il, F_BQ], q)
             _add_bias(fbuf, ftab[il, F_BK], k)
             _add_bias(fbuf, ftab[il, F_BV], v)
@@ -204,7 +204,7 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
         attention(q, kcache[il], vcache[il], pos0, n_head, n_head_kv, hd, hdv,
                   hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att, n_threads)
         _trace(trace, 4, il, att)
-        _linear(wbuf, wtab[il, W_O], pbuf, ptab[il, W_O], att, acts, ao, no_acts)
+        _linear(wbuf, wtab[il, W_O], cbuf, ctab[il, W_O], att, acts, ao, no_acts)
         if ftab[il, F_ATTN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab[il, F_ATTN_POST_NORM]), eps, ao)
         _trace(trace, 5, il, ao)
@@ -224,11 +224,11 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
         rms_norm(x, _fvec(fbuf, ftab[il, F_FFN_NORM]), eps, xn)
         _trace(trace, 7, il, xn)
         if wtab[il, W_GATE, 1] >= 0:
-            have = _linear(wbuf, wtab[il, W_GATE], pbuf, ptab[il, W_GATE], xn, acts, gate, no_acts)
-            _linear(wbuf, wtab[il, W_UP], pbuf, ptab[il, W_UP], xn, acts, up, have)
+            have = _linear(wbuf, wtab[il, W_GATE], cbuf, ctab[il, W_GATE], xn, acts, gate, no_acts)
+            _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, up, have)
         else:
             gu = _view(shid, T, 2 * n_ff)     # phi3: ffn_up holds [gate; up]
-            _linear(wbuf, wtab[il, W_UP], pbuf, ptab[il, W_UP], xn, acts, gu, no_acts)
+            _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, gu, no_acts)
             for t in range(T):
                 gate[t, :] = gu[t, :n_ff]
                 up[t, :] = gu[t, n_ff:]
@@ -236,7 +236,7 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
             geglu(gate, up, gelu_tab, hid)
         else:
             swiglu(gate, up, hid)
-        _linear(wbuf, wtab[il, W_DOWN], pbuf, ptab[il, W_DOWN], hid, acts, ao, no_acts)
+        _linear(wbuf, wtab[il, W_DOWN], cbuf, ctab[il, W_DOWN], hid, acts, ao, no_acts)
         if ftab[il, F_FFN_POST_NORM, 1] > 0:
             rms_norm(ao, _fvec(fbuf, ftab[il, F_FFN_POST_NORM]), eps, ao)
         _trace(trace, 8, il, ao)
@@ -247,7 +247,7 @@ def forward(tokens, pos0, wbuf, wtab, pbuf, ptab, fbuf, ftab, hp, hpf, layer_swa
     xo = _view(sxn, n_out, n_embd)
     rms_norm(last, _fvec(fbuf, ftab[gl, F_OUT_NORM]), eps, xo)
     out = logits[:n_out]
-    _linear(wbuf, wtab[gl, W_OUT], pbuf, ptab[gl, W_OUT], xo, acts, out, no_acts)
+    _linear(wbuf, wtab[gl, W_OUT], cbuf, ctab[gl, W_OUT], xo, acts, out, no_acts)
     cap = hpf[HF_FINAL_SOFTCAP]
     if cap != 0.0:
         c = np.float32(cap)

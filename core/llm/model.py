@@ -43,8 +43,8 @@ class Timings:
 
 
 BATCH_MAX = np.iinfo(np.int64).max
-PTAB_COLS = 6      # ptab entries: offset, layout, rows, cols, and the batch sizes it serves, min..max
-PTAB_COPIES = 2    # copies a weight may have: one for decode, another for batches
+CTAB_COLS = 6      # ctab entries: offset, layout, rows, cols, and the batch sizes it serves, min..max
+CTAB_COPIES = 2    # copies a weight may have: one for decode, another for batches
 
 
 def layouts_in_force():
@@ -72,10 +72,10 @@ def _copies_wanted(qtype, rows, layouts):
     return wanted
 
 
-def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
-    """(pbuf, ptab): copies of matmul weights that some phases multiply faster, bit for bit to
-    the same result; pbuf a read-only byte buffer like the memory map (so the forward sees one
-    array type for both), ptab[layer, slot] PTAB_COPIES entries (offset, layout, rows, cols,
+def weight_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
+    """(cbuf, ctab): copies of matmul weights that some phases multiply faster, bit for bit to
+    the same result; cbuf a read-only byte buffer like the memory map (so the forward sees one
+    array type for both), ctab[layer, slot] CTAB_COPIES entries (offset, layout, rows, cols,
     min_tokens, max_tokens) as wtab's rows plus the batch sizes the copy serves (layout -1: no
     copy).
 
@@ -90,7 +90,7 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
     machine's RAM). The output matrix keeps the file's blocks: it usually takes one token."""
     budget = ram_bytes() // 4 if budget is None else budget
     layouts = layouts_in_force() if layouts is None else layouts
-    ptab = np.full(wtab.shape[:2] + (PTAB_COPIES, PTAB_COLS), -1, np.int64)
+    ctab = np.full(wtab.shape[:2] + (CTAB_COPIES, CTAB_COLS), -1, np.int64)
     plan, size, extra = [], 0, 0
     for layer in range(wtab.shape[0] - 1):      # not the global row: the output matmul
         for slot in range(wtab.shape[1]):
@@ -105,22 +105,22 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
                     extra += nbytes
                 plan.append((layer, slot, entry, off, qtype, rows, cols, name, layout, (lo, hi), size))
                 size += nbytes
-    pbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
+    cbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
     for layer, slot, entry, off, qtype, rows, cols, name, layout, served, at in plan:
         blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
-        out = pbuf[at:at + rows * row_bytes(layout, cols)]
+        out = cbuf[at:at + rows * row_bytes(layout, cols)]
         if rowgroups.make_copy(qtype, blocks, rows, cols, out=out, name=name) is None:
             continue    # a Q8_0 quant of -128 without VNNI: this matrix keeps the file's blocks
-        ptab[layer, slot, entry] = (at, layout, rows, cols) + served
-    pbuf.setflags(write=False)
-    return pbuf, ptab
+        ctab[layer, slot, entry] = (at, layout, rows, cols) + served
+    cbuf.setflags(write=False)
+    return cbuf, ctab
 
 
 class Model:
     """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
 
     def __init__(self, path, n_ctx=DEFAULT_N_CTX, n_threads=None, n_batch=DEFAULT_N_BATCH,
-                 prefill_copy=True, quiet=False):
+                 copies=True, quiet=False):
         t0 = time.perf_counter()
         prefer_threading_layers(DECODE_LAYERS)
         self._compiled = None if quiet else first_compile_notice(fw.forward, "the engine's kernels")
@@ -129,7 +129,7 @@ class Model:
         self.family = family(self.gguf.architecture)
         self.hparams, self.flags = self.family.describe(self.gguf)
         self.tables = build_tables(self.gguf, self.hparams, self.flags, SUPPORTED_QTYPES)
-        self.pbuf, self.ptab = prefill_copies(self.gguf.data, self.tables.wtab, prefill_copy)
+        self.cbuf, self.ctab = weight_copies(self.gguf.data, self.tables.wtab, copies)
         self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
         self.n_vocab = int(self.tables.hp[fw.H_N_VOCAB])
         self.n_ctx = int(n_ctx) if n_ctx else min(self.hparams.n_ctx_train, DEFAULT_N_CTX)
@@ -191,7 +191,7 @@ class Model:
     def _forward(self, chunk, n_out, trace):
         first = self.n_past == 0 and not self.history
         t = self.tables
-        fw.forward(chunk, self.n_past, self.gguf.data, t.wtab, self.pbuf, self.ptab, t.fbuf, t.ftab, t.hp, t.hpf,
+        fw.forward(chunk, self.n_past, self.gguf.data, t.wtab, self.cbuf, self.ctab, t.fbuf, t.ftab, t.hp, t.hpf,
                    t.layer_swa, t.layer_freq_base, self.kcache, self.vcache, self.scratch,
                    self.acts, self.gelu_tab, n_out, self.logits, trace, self.n_threads)
         self.n_past += chunk.size

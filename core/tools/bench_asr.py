@@ -11,7 +11,8 @@ import time
 from functools import partial
 
 from .bench_llm import IDLE_WAIT_S, summarize, take_sample
-from ..asr.model import FTYPES, SAMPLE_RATE
+from ..asr.mel import SAMPLE_RATE
+from ..asr.model import FTYPES
 from ..asr.decode import transcribe
 
 FTYPE_NAMES = {file_type: name.upper() for name, (file_type, _) in FTYPES.items()} | {0: "F32"}

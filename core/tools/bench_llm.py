@@ -264,3 +264,24 @@ def read_bandwidth(model, n_bytes=None):
     finally:
         numba.set_num_threads(threads)
     return n * 1e9 / best
+
+
+def add_bandwidth(model, records):
+    """For tg records, the GB/s each engine streams (the bytes a token reads x its t/s) against
+    a plain read of the same weights taken now, added to the records; returns the lines that say
+    so, one per record."""
+    decode = [r for r in records if r["n_gen"] and not r["n_prompt"]]
+    if not decode:
+        return []
+    per_token = decode_bytes(model)
+    wall = read_bandwidth(model)
+    lines = []
+    for r in decode:
+        r["decode_bytes_per_token"] = per_token
+        r["decode_gbps"] = per_token * r["avg_ts"] / 1e9
+        r["read_gbps"] = wall / 1e9
+        lines.append(f"tg{r['n_gen']} {r['engine']}: {per_token / 1e6:.0f} MB a token at "
+                     f"{r['avg_ts']:.2f} t/s = {r['decode_gbps']:.1f} GB/s, "
+                     f"{100 * r['decode_gbps'] / r['read_gbps']:.0f} % of a plain read of the "
+                     f"weights ({r['read_gbps']:.1f} GB/s, {model.n_threads} threads)")
+    return lines

@@ -4,6 +4,7 @@ SIMD features, memory, load), the software (versions and commits), and the exact
 """
 import hashlib
 import importlib.metadata
+import json
 import importlib.util
 import os
 import platform
@@ -18,7 +19,7 @@ SIMD_FLAGS = ("pni", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", 
               "avx512vbmi", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
               "asimd", "asimddp", "asimdhp", "i8mm", "bf16", "sve", "sve2", "sme")
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]   # the checkout: core/tools/receipt.py
 
 
 def sha256_file(path):
@@ -143,3 +144,16 @@ def build_receipt(commands, inputs, reference=None, hardware=None):
         "hardware": hardware or probe_hardware(),
         "reference": reference,
     }
+
+
+def build_info(hardware):
+    """The short build identity both benches stamp on every record: our commit and the CPU."""
+    return {"commit": (dasllama_commit().get("dasllama_commit") or "unknown")[:7],
+            "cpu_info": hardware["cpu_model"]}
+
+
+def write_results(path, records, receipt):
+    """The results with their receipt, as one JSON file."""
+    with open(path, "w") as f:
+        json.dump({"results": records, "receipt": receipt}, f, indent=2)
+        f.write("\n")

@@ -24,7 +24,7 @@ from ..runtime.cache import cache_dir
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 TOOLS = ("llama-bench", "llama-completion", "llama-tokenize", "llama-eval-callback")
-TOP_K = 8                      # logits kept per greedy step (id, logit), best first
+WORKER = Path(__file__).resolve().parent / "ref_llama_worker.py"
 SESSION_MAGIC = 0x6767736E     # 'ggsn', LLAMA_SESSION_MAGIC
 SESSION_VERSION = 10           # LLAMA_SESSION_VERSION of llama.cpp 0c1e570
 
@@ -87,8 +87,7 @@ class Reference:
     def _greedy_bindings(self, model_path, prompts, n_predict, n_threads, n_ctx):
         request = {"model": os.fspath(model_path), "n_predict": n_predict, "n_threads": n_threads,
                    "n_ctx": n_ctx, "prompts": list(prompts)}
-        done = subprocess.run([sys.executable, __file__], input=json.dumps(request), env=self._bindings_env(),
-                              capture_output=True, text=True, errors="replace")
+        done = self._run_worker("greedy", request)
         if done.returncode != 0:
             raise ReferenceError(f"llama.cpp (through llama_cpp) failed on {model_path}: "
                                  f"{last_line(done.stderr)}")
@@ -106,21 +105,31 @@ class Reference:
         """
         with tempfile.TemporaryDirectory(prefix="dasllama-ref-") as tmp:
             session = Path(tmp) / "session.bin"
-            cmd = [str(self.tool("llama-completion")), "-m", os.fspath(model_path), "-p", prompt,
-                   "-n", str(n_predict), "--temp", "0", "-s", "1", "-t", str(n_threads),
-                   "-c", str(n_ctx), "-no-cnv", "--no-warmup", "--no-context-shift",
-                   "--no-display-prompt", "--verbose-prompt",
-                   "--prompt-cache", str(session), "--prompt-cache-all"]
+            cmd = self.completion_cmd(model_path, prompt, n_predict, n_threads, n_ctx, session)
             done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   errors="replace")
             if done.returncode != 0 or not session.exists():
                 raise ReferenceError(f"llama-completion failed on {model_path}: {last_line(done.stderr)}")
             tokens = session_tokens(session)
+        # logged before generation starts, so never lost with the unflushed tail of the log
         found = re.search(r"number of tokens in prompt = (\d+)", done.stderr)
         if found is None:
             raise ReferenceError("llama-completion did not log the prompt size (--verbose-prompt).")
         n_prompt = int(found.group(1))
+        if not 0 < len(tokens) - n_prompt <= n_predict:
+            raise ReferenceError(f"llama-completion's session holds {len(tokens)} tokens for a prompt "
+                                 f"of {n_prompt} and -n {n_predict}: did the context of {n_ctx} fill up?")
         return RefRun(tokens[:n_prompt], tokens[n_prompt:])
+
+    def completion_cmd(self, model_path, prompt, n_predict, n_threads=2, n_ctx=4096, session=None):
+        """The llama-completion command of a greedy run; with `session`, one that saves its ids
+        (and logs the prompt's size)."""
+        cmd = [str(self.tool("llama-completion")), "-m", os.fspath(model_path), "-p", prompt,
+               "-n", str(n_predict), "--temp", "0", "-s", "1", "-t", str(n_threads),
+               "-c", str(n_ctx), "-no-cnv", "--no-warmup", "--no-context-shift", "--no-display-prompt"]
+        if session is not None:
+            cmd += ["--verbose-prompt", "--prompt-cache", str(session), "--prompt-cache-all"]
+        return cmd
 
     # -- layer dumps --------------------------------------------------------------------------
 
@@ -149,10 +158,7 @@ class Reference:
             request = {"model": os.fspath(model_path), "prompt_ids": [int(i) for i in prompt_ids],
                        "step_ids": [int(i) for i in step_ids], "n_threads": n_threads,
                        "n_ctx": n_ctx, "out": str(out), "max_elems": max_elems}
-            script = Path(__file__).resolve().parent / "ref_llama_worker.py"
-            done = subprocess.run([sys.executable, str(script)], input=json.dumps(request),
-                                  env=self._bindings_env(), capture_output=True, text=True,
-                                  errors="replace")
+            done = self._run_worker("tensors", request)
             if done.returncode != 0 or not out.exists():
                 raise ReferenceError(f"llama.cpp's tensor dump failed on {model_path}: "
                                      f"{last_line(done.stderr)}")
@@ -160,6 +166,13 @@ class Reference:
                 order = json.loads(str(z["order"]))
                 return [[(name, z[f"{s}/{i}/{name}"]) for i, name in enumerate(names)]
                         for s, names in enumerate(order)]
+
+    def _run_worker(self, task, request):
+        """core/tools/ref_llama_worker.py in its own process (llama.cpp's threads and crashes
+        stay out of ours), with the bindings this reference names."""
+        return subprocess.run([sys.executable, str(WORKER), task], input=json.dumps(request),
+                              env=self._bindings_env(), capture_output=True, text=True,
+                              errors="replace")
 
     def _bindings_env(self):
         env = dict(os.environ)
@@ -351,73 +364,3 @@ def _parse_row(dump, row, pos):
         dump.index.append(base + i0)
         dump.values.append(float(item))
         i0 += 1
-
-
-# -- the worker: run as a script with llama_cpp importable ----------------------------------------
-
-
-def _serve():
-    """Read a request (JSON on stdin), greedy-decode each prompt, write the runs as JSON.
-
-    The prompt is decoded as one batch, then each chosen id alone, as our engine does.
-    """
-    here = str(Path(__file__).resolve().parent)
-    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
-    import ctypes
-
-    import llama_cpp as L
-
-    req = json.load(sys.stdin)
-    quiet = L.llama_log_callback(lambda level, text, data: None)   # kept alive: C holds it
-    L.llama_log_set(quiet, ctypes.c_void_p())
-    L.llama_backend_init()
-    model = L.llama_model_load_from_file(req["model"].encode(), L.llama_model_default_params())
-    if not model:
-        sys.exit(f"llama.cpp could not load {req['model']}")
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = req["n_ctx"], 512, 512
-    cp.n_threads = cp.n_threads_batch = req["n_threads"]
-    ctx = L.llama_init_from_model(model, cp)
-    vocab = L.llama_model_get_vocab(model)
-    n_vocab = L.llama_vocab_n_tokens(vocab)
-
-    def tokenize(text):
-        raw = text.encode()
-        buf = (L.llama_token * (len(raw) + 8))()
-        n = L.llama_tokenize(vocab, raw, len(raw), buf, len(buf), True, True)
-        return list(buf[:n])
-
-    def piece(tok):
-        buf = ctypes.create_string_buffer(256)
-        n = L.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
-        return buf.raw[:max(n, 0)].decode("latin-1")
-
-    def decode(ids):
-        for start in range(0, len(ids), cp.n_batch):
-            chunk = ids[start:start + cp.n_batch]
-            arr = (L.llama_token * len(chunk))(*chunk)
-            if L.llama_decode(ctx, L.llama_batch_get_one(arr, len(chunk))) != 0:
-                sys.exit("llama_decode failed")
-        return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
-
-    runs = []
-    for prompt in req["prompts"]:
-        L.llama_memory_clear(L.llama_get_memory(ctx), True)
-        prompt_ids = tokenize(prompt)
-        logits = decode(prompt_ids)
-        ids, top = [], []
-        for step in range(req["n_predict"]):
-            best = np.argpartition(-logits, TOP_K)[:TOP_K]
-            best = best[np.lexsort((best, -logits[best]))]     # by logit, ties by lower id
-            top.append([[int(i), float(logits[i])] for i in best])
-            tok = int(best[0])
-            ids.append(tok)
-            if L.llama_vocab_is_eog(vocab, tok) or step + 1 == req["n_predict"]:
-                break
-            logits = decode([tok])
-        runs.append({"prompt_ids": prompt_ids, "ids": ids, "pieces": [piece(t) for t in ids], "top": top})
-    json.dump({"version": getattr(L, "__version__", "?"), "runs": runs}, sys.stdout)
-
-
-if __name__ == "__main__":
-    _serve()

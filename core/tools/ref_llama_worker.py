@@ -1,8 +1,15 @@
-"""Every named tensor of a llama.cpp run, bit for bit, through its shared library.
+"""llama.cpp through its shared library, in a process of its own: greedy runs with their top
+logits, and every named tensor of a run, bit for bit.
 
 Run as a script with `llama_cpp` importable (core/tools/ref_llama.py starts it, so llama.cpp's
-threads and crashes stay out of our process): it decodes the prompt as one batch, then each
-further id alone, and through llama_context_params.cb_eval (ggml_backend_sched_eval_callback)
+threads and crashes stay out of our process), the task as its argument and the request as JSON
+on stdin. Both tasks decode the prompt as one batch, then each further id alone, as our engine
+does.
+
+`greedy`: per prompt, the prompt ids, the chosen ids and the TOP_K best (id, logit) of each
+step, as JSON on stdout.
+
+`tensors`: through llama_context_params.cb_eval (ggml_backend_sched_eval_callback)
 copies out each F32/F16 graph node as it is computed. Asking for a node makes the scheduler
 stop the graph after it; that splits ggml-cpu's fused RMS_NORM+MUL, whose arithmetic is the
 same fused or not (x*scale*w, scale = 1/sqrtf(mean + eps)), so the copies are what a plain run
@@ -19,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+TOP_K = 8          # logits kept per greedy step (id, logit), best first
 GGML_MAX_DIMS = 4
 GGML_MAX_SRC = 10
 GGML_MAX_OP_PARAMS = 64
@@ -63,19 +71,34 @@ def tensor_array(t):
     return np.array(view, np.float32)
 
 
-def _serve():
-    """Request (JSON on stdin): model, prompt_ids, step_ids, n_threads, n_ctx, out, max_elems."""
+def open_llama(req, cb_eval=None):
+    """(llama_cpp, model, ctx) for a request's model, threads and context, logs silenced."""
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
     import llama_cpp as L
 
-    req = json.load(sys.stdin)
-    quiet = L.llama_log_callback(lambda level, text, data: None)   # kept alive: C holds it
+    quiet = L.llama_log_callback(lambda level, text, data: None)
+    _KEEP.append(quiet)                                            # C holds it
     L.llama_log_set(quiet, ctypes.c_void_p())
     L.llama_backend_init()
     model = L.llama_model_load_from_file(req["model"].encode(), L.llama_model_default_params())
     if not model:
         sys.exit(f"llama.cpp could not load {req['model']}")
+    cp = L.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = req["n_ctx"], 512, 512
+    cp.n_threads = cp.n_threads_batch = req["n_threads"]
+    if cb_eval is not None:
+        callback = L.ggml_backend_sched_eval_callback(cb_eval)
+        _KEEP.append(callback)                                     # C holds it
+        cp.cb_eval = callback
+    return L, model, L.llama_init_from_model(model, cp)
+
+
+_KEEP = []
+
+
+def tensors(req):
+    """Request: model, prompt_ids, step_ids, n_threads, n_ctx, out, max_elems."""
     max_elems = int(req.get("max_elems", 1 << 24))
     step_nodes = []
 
@@ -90,12 +113,7 @@ def _serve():
                 step_nodes[-1].append((name, arr))
         return True
 
-    callback = L.ggml_backend_sched_eval_callback(on_node)          # kept alive: C holds it
-    cp = L.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = req["n_ctx"], 512, 512
-    cp.n_threads = cp.n_threads_batch = req["n_threads"]
-    cp.cb_eval = callback
-    ctx = L.llama_init_from_model(model, cp)
+    L, _model, ctx = open_llama(req, on_node)
 
     def decode(ids):
         step_nodes.append([])
@@ -114,5 +132,52 @@ def _serve():
     np.savez(req["out"], order=json.dumps(order), **arrays)
 
 
+def greedy(req):
+    """Request: model, prompts, n_predict, n_threads, n_ctx."""
+    L, model, ctx = open_llama(req)
+    vocab = L.llama_model_get_vocab(model)
+    n_vocab = L.llama_vocab_n_tokens(vocab)
+
+    def tokenize(text):
+        raw = text.encode()
+        buf = (L.llama_token * (len(raw) + 8))()
+        n = L.llama_tokenize(vocab, raw, len(raw), buf, len(buf), True, True)
+        return list(buf[:n])
+
+    def piece(tok):
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_token_to_piece(vocab, tok, buf, len(buf), 0, False)
+        return buf.raw[:max(n, 0)].decode("latin-1")
+
+    def decode(ids):
+        for start in range(0, len(ids), 512):
+            chunk = ids[start:start + 512]
+            arr = (L.llama_token * len(chunk))(*chunk)
+            if L.llama_decode(ctx, L.llama_batch_get_one(arr, len(chunk))) != 0:
+                sys.exit("llama_decode failed")
+        return np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+
+    runs = []
+    for prompt in req["prompts"]:
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        prompt_ids = tokenize(prompt)
+        logits = decode(prompt_ids)
+        ids, top = [], []
+        for step in range(req["n_predict"]):
+            best = np.argpartition(-logits, TOP_K)[:TOP_K]
+            best = best[np.lexsort((best, -logits[best]))]     # by logit, ties by lower id
+            top.append([[int(i), float(logits[i])] for i in best])
+            tok = int(best[0])
+            ids.append(tok)
+            if L.llama_vocab_is_eog(vocab, tok) or step + 1 == req["n_predict"]:
+                break
+            logits = decode([tok])
+        runs.append({"prompt_ids": prompt_ids, "ids": ids, "pieces": [piece(t) for t in ids], "top": top})
+    json.dump({"version": getattr(L, "__version__", "?"), "runs": runs}, sys.stdout)
+
+
+TASKS = {"greedy": greedy, "tensors": tensors}
+
+
 if __name__ == "__main__":
-    _serve()
+    TASKS[sys.argv[1]](json.load(sys.stdin))

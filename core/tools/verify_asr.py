@@ -220,13 +220,6 @@ def _text(tok, entry, token):
     return tok.token_text(token)
 
 
-def overall(results):
-    for verdict in ("divergence", "transcript", "near-tie"):
-        if any(r.verdict == verdict for r in results):
-            return verdict
-    return "parity"
-
-
-def exit_code(results, strict):
-    bad = {"divergence", "transcript"} | ({"near-tie"} if strict else set())
-    return 1 if any(r.verdict in bad for r in results) else 0
+WORST_FIRST = ("divergence", "transcript", "near-tie")
+FAILING = ("divergence", "transcript")
+VERDICTS = ("parity", "near-tie", "divergence", "transcript")

@@ -309,3 +309,29 @@ def compare_step(step, ours, nodes):
         rows.append((index, TensorDiff(step, key, ref_name, int(d.size), int(np.count_nonzero(d)),
                                        int(d.max()), float(np.max(np.abs(mine - theirs))))))
     return [r for _, r in sorted(rows, key=lambda r: r[0])]
+
+
+WORST_FIRST = ("tokenizer", "divergence", "near-tie")
+FAILING = ("divergence", "tokenizer")
+VERDICTS = ("parity", "near-tie", "divergence", "tokenizer")
+
+
+def verify_prompts(model, reference, ref_path, prompts, n_predict, tie_gap=DEFAULT_TIE_GAP,
+                   layers=None, drift_bound=DEFAULT_DRIFT_BOUND):
+    """A PromptResult per prompt: llama.cpp's greedy ids (with logits when its bindings are
+    there) against ours; where they part (or always, with layers=True; never with False), the
+    first tensor that differs bit for bit, or without bindings the first layer that drifts."""
+    runs = reference.greedy(ref_path, prompts, n_predict, model.n_threads, model.n_ctx)
+    results = []
+    for prompt, run in zip(prompts, runs):
+        result = verify_prompt(model, run, prompt, n_predict, tie_gap)
+        wanted = layers if layers is not None else result.verdict in ("divergence", "near-tie")
+        if wanted and result.verdict != "tokenizer":
+            if reference.has_bindings:
+                steps = result.ref_ids[:min(result.n_matched, MAX_EXACT_STEPS)]
+                result.exact = exact_drift(model, reference, ref_path, result.prompt_ids, steps,
+                                           model.n_threads)
+            elif reference.has_tool("llama-eval-callback"):
+                result.drift = find_drift(model, reference, ref_path, result, model.n_threads, drift_bound)
+        results.append(result)
+    return results

@@ -6,7 +6,7 @@ the result is the same bits.
 Weights come stacked by layer: every linear as f16 bits (n_layer, rows * cols * 2) uint8 with
 its bias (n_layer, rows), the three layer norms as norms (n_layer, 6, n_state) rows attn_ln w,
 b, cross_attn_ln w, b, mlp_ln w, b. Keys and values are f16 bits, transposed, as
-kernels.attend reads them.
+kernels.speech.attend reads them.
 """
 import numpy as np
 from numba import njit

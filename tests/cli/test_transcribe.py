@@ -64,17 +64,6 @@ def test_stdin_and_formats_written_after_the_input(model, clone, tmp_path):
     assert [t["id"] for t in seg["tokens"]][:3] == [50363, 314, 466]   # [_TT_0] " I" " do"
 
 
-def test_render_formats_without_a_model():
-    from dasllama.core.asr.decode import Segment, Transcript
-    from dasllama_cli.transcribe import render_srt, render_tsv, render_txt, render_vtt
-    segs = [Segment(0.0, 1.5, " Hello.", [], 0, 0, 0, 0), Segment(61.25, 3725.004, " Bye.", [], 0, 0, 0, 0)]
-    t = Transcript(segs, "en", 3726.0)
-    assert render_txt(t) == "Hello.\nBye.\n"
-    assert render_srt(t).splitlines()[5] == "00:01:01,250 --> 01:02:05,004"
-    assert render_vtt(t).splitlines()[:3] == ["WEBVTT", "", "00:00.000 --> 00:01.500"]
-    assert render_tsv(t).splitlines() == ["start\tend\ttext", "0\t1500\tHello.", "61250\t3725004\tBye."]
-
-
 def test_a_bad_file_is_reported_and_the_others_still_run(model, clone, tmp_path):
     empty = tmp_path / "empty.wav"
     empty.write_bytes(b"")

@@ -223,7 +223,7 @@ _COPY_CASES = {"x8": [(8, 1), (16, 5), (24, 33), (64, 130)], "x16": [(16, 1), (1
 @pytest.mark.parametrize("source", ["Q8_0", "Q5_0"])
 @pytest.mark.parametrize("copy,n_rows,n_tokens", [(c, r, t) for c, cases in _COPY_CASES.items() for r, t in cases])
 def test_q8_0_copies_multiply_bit_for_bit_alike(source, copy, n_rows, n_tokens):
-    # the copies of model.prefill_copies: 8 or 16 rows a vector, the token's bytes broadcast
+    # the copies of model.weight_copies: 8 or 16 rows a vector, the token's bytes broadcast
     qtype = getattr(Q, source)
     w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=n_rows + n_tokens)
     w = _without_minus_128(w) if qtype == Q.Q8_0 else w

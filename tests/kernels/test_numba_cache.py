@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 N_PROCS, N_VARIANTS = 4, 8
 

@@ -349,14 +349,14 @@ def _marker(value):
 def test_shape_kernel_runs_the_variant_chosen_for_the_shape():
     kernels = {n: _marker(float(i)) for i, n in enumerate(("pre", "odd", "dec"))}
     chosen = {(Q8_0, "decode"): "dec", (Q8_0, "prefill"): "pre", (Q8_0, "prefill", 64, 256): "odd"}
-    kernel = sidecar.shape_kernel(Q8_0, "prefill", chosen, lambda q, n: kernels[n])
+    kernel = M.shape_kernel(Q8_0, "prefill", chosen, lambda q, n: kernels[n])
     bufs = M.act_buffers(4, 256)
     out = np.full((4, 64), -1.0, np.float32)
     w = np.zeros(1, np.uint8)
     for n_rows, n_cols, expect in ((32, 256, 0.0), (64, 256, 1.0), (64, 512, 0.0)):
         kernel(w, n_rows, n_cols, *bufs, 4, out)
         assert out[0, 0] == expect, (n_rows, n_cols)
-    assert sidecar.shape_kernel(Q8_0, "decode", chosen, lambda q, n: kernels[n]) is kernels["dec"]
+    assert M.shape_kernel(Q8_0, "decode", chosen, lambda q, n: kernels[n]) is kernels["dec"]
 
 
 # --- greedy tokens, whichever variants run ------------------------------------------------------
@@ -375,7 +375,7 @@ for _ in range(6):
     ids.append(int(np.argmax(logits)))
     logits = model.eval(ids[-1:])
 print(",".join(map(str, ids)), h.hexdigest(), ACTIVE[Q8_0, "decode"], ACTIVE[Q8_0, "prefill"],
-      int((model.ptab[..., 1] >= 0).sum()))
+      int((model.ctab[..., 1] >= 0).sum()))
 """
 
 

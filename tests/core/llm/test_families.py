@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dasllama.core import Model, load
-from dasllama.core.llm.model import BATCH_MAX, prefill_copies
+from dasllama.core.llm.model import BATCH_MAX, weight_copies
 from dasllama.kernels import quants as Q, sidecar, rowgroups
 from dasllama.kernels.quants import Q6_K, Q8_0
 from dasllama.kernels.cpu import probe
@@ -15,9 +15,9 @@ from tests.gguf_factory import ARCHES
 from tests.parity import compare_greedy
 
 N_PREDICT = 16
-NEAR_TIE = 0.1     # random weights give flat logits; see tests/core/test_parity.py
+NEAR_TIE = 0.1     # random weights give flat logits; see tests/core/llm/test_parity.py
 if "avx512f" in probe().features:
-    NEAR_TIE = 0.0 # every format's path is emulated bit for bit there (tests/core/test_exact.py)
+    NEAR_TIE = 0.0 # every format's path is emulated bit for bit there (tests/core/llm/test_exact.py)
 PROMPT = "Hello world, this is a test"
 
 
@@ -41,7 +41,7 @@ def test_formats(tiny_model, llama_bin, arch, qtype):
 
 @pytest.mark.parametrize("qtype", ["Q5_0", "Q8_0", "Q4_0", "Q4_K", "Q6_K"])
 @pytest.mark.parametrize("copy", ["x8", "x16"])
-def test_prefill_copies_change_no_logit(tiny_model, monkeypatch, qtype, copy):
+def test_weight_copies_change_no_logit(tiny_model, monkeypatch, qtype, copy):
     # with the layout pinned to a copy, prefill multiplies copies of Q5_0 and Q8_0 weights in
     # the Q8_0_X8/X16 layout, of Q4_0, Q4_K and Q6_K in their own (same integers, same folds),
     # and decode those of Q8_0, Q5_0 and Q4_0; the other decodes, batches under 8 with Q6_K
@@ -52,9 +52,9 @@ def test_prefill_copies_change_no_logit(tiny_model, monkeypatch, qtype, copy):
     path = tiny_model("llama", qtype)
     ids = list(range(5, 40))
     with_copy = Model(path, n_ctx=256, n_threads=2)
-    without = Model(path, n_ctx=256, n_threads=2, prefill_copy=False)
+    without = Model(path, n_ctx=256, n_threads=2, copies=False)
     layout = rowgroups.copy_layout(getattr(Q, qtype), 16, copy)
-    assert (with_copy.ptab[..., 1] == layout).any() and (without.ptab[..., 1] < 0).all()
+    assert (with_copy.ctab[..., 1] == layout).any() and (without.ctab[..., 1] < 0).all()
     np.testing.assert_array_equal(with_copy.eval(ids, all_logits=True), without.eval(ids, all_logits=True))
     np.testing.assert_array_equal(with_copy.eval([7]), without.eval([7]))
     np.testing.assert_array_equal(with_copy.eval([8, 9, 10], all_logits=True),
@@ -67,9 +67,9 @@ def test_the_layouts_say_which_batches_take_a_copy(tiny_model):
     model = Model(tiny_model("llama", "Q8_0"), n_ctx=64, n_threads=2)
 
     def served(decode, prefill, qtype=Q8_0, m=model):
-        _, ptab = prefill_copies(m.gguf.data, m.tables.wtab, layouts={(qtype, "decode"): decode,
+        _, ctab = weight_copies(m.gguf.data, m.tables.wtab, layouts={(qtype, "decode"): decode,
                                                                       (qtype, "prefill"): prefill})
-        return {tuple(int(v) for v in row[4:]) for row in ptab.reshape(-1, ptab.shape[-1]) if row[1] >= 0}
+        return {tuple(int(v) for v in row[4:]) for row in ctab.reshape(-1, ctab.shape[-1]) if row[1] >= 0}
 
     assert served("x8", "x8") == {(1, BATCH_MAX)}
     assert served("file", "x8") == {(2, BATCH_MAX)}

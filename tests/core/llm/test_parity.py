@@ -9,7 +9,7 @@ from tests.parity import compare_greedy
 
 N_PREDICT = 64
 # On AVX-512 CPUs every path llama.cpp 0c1e570 takes for these models and prompts is emulated
-# bit for bit (tests/core/test_exact.py; logits equal to the last bit): the ids must be equal,
+# bit for bit (tests/core/llm/test_exact.py; logits equal to the last bit): the ids must be equal,
 # no near-tie allowed. On AVX2-only CPUs its float dots run 8 lanes wide, which we do not model
 # (kernels/dots.py), and Gemma's f16 GELU table and attention accumulator turn such 1e-7
 # differences into f16 ulps: there a flip on logits within 0.25 is tolerated.

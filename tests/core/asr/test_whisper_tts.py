@@ -6,7 +6,7 @@ import pytest
 
 from dasllama.formats import audio
 from tests import whisper_assets
-from tests.core.test_whisper import _fetch, assert_parity, base, tiny, tiny_dir  # noqa: F401
+from tests.core.asr.test_whisper import _fetch, assert_parity, base, tiny, tiny_dir  # noqa: F401
 
 # Sentences whose every word comes back. Whisper writes larger numbers as digits ("twenty"
 # -> "20") and picks a homophone's spelling ("pears" -> "pairs"), and tiny.en heard one

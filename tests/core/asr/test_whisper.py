@@ -9,17 +9,11 @@ import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType
 
-from dasllama.core.asr.model import (
-    N_FRAMES,
-    WhisperModel,
-    WhisperModelError,
-    convert_ct2_to_ggml,
-    log_mel_spectrogram,
-    mel_filters,
-)
 from dasllama.core.asr.decode import DecodeOptions, LogitRules, TranscribeError, transcribe
-from dasllama.core.tools.ref_whisper import WhisperCpp
+from dasllama.core.asr.mel import N_FRAMES, log_mel_spectrogram, mel_filters
+from dasllama.core.asr.model import WhisperModel, WhisperModelError, convert_ct2_to_ggml
 from dasllama.core.asr.tokenizer import WhisperTokenizer, tokens_from_gpt2_strings
+from dasllama.core.tools.ref_whisper import WhisperCpp
 from dasllama.formats import audio, whisper_ggml
 from tests import whisper_assets
 from tests.assets import AssetUnavailable

@@ -153,7 +153,7 @@ def test_the_helpers_and_variables_templates_rely_on():
 def test_a_template_that_writes_bos_does_not_double_it():
     # llama.cpp strips the template's leading BOS text because its tokenizer adds BOS itself
     from dasllama.core.llm.generate import prompt_ids
-    from tests.core.test_tokenizer import spm
+    from tests.core.llm.test_tokenizer import spm
     tok = spm(["▁Hi"])
     template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
     model = SimpleNamespace(tokenizer=tok, gguf={"tokenizer.chat_template": template})
