@@ -1,29 +1,73 @@
-_dasllama_completion() {
-    local IFS=$'\n'
-    local response
-
-    response=$(env COMP_WORDS="${COMP_WORDS[*]}" COMP_CWORD=$COMP_CWORD _DASLLAMA_COMPLETE=bash_complete $1)
-
-    for completion in $response; do
-        IFS=',' read type value <<< "$completion"
-
-        if [[ $type == 'dir' ]]; then
-            COMPREPLY=()
-            compopt -o dirnames
-        elif [[ $type == 'file' ]]; then
-            COMPREPLY=()
-            compopt -o default
-        elif [[ $type == 'plain' ]]; then
-            COMPREPLY+=($value)
-        fi
+# bash completion for dasllama 0.1.0: every command and flag of `dasllama COMMAND --help`.
+# Static, so a TAB does not start Python; update it with the commands' flags.
+# Source it, or install it as /usr/share/bash-completion/completions/dasllama.
+_dasllama() {
+    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd= i
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case ${COMP_WORDS[i]} in
+            generate|transcribe|tune|bench|verify) cmd=${COMP_WORDS[i]}; break ;;
+        esac
     done
-
-    return 0
+    if [[ -z $cmd ]]; then
+        COMPREPLY=($(compgen -W "generate transcribe tune bench verify --version -h --help" -- "$cur"))
+        return
+    fi
+    case $cmd:$prev in
+        generate:-m|generate:--model|generate:-f|generate:--file)
+            COMPREPLY=(); compopt -o default; return ;;
+        generate:-p|generate:--prompt|generate:-n|generate:--n-predict|generate:-c|generate:--ctx-size|generate:-t|generate:--threads|generate:-b|generate:--batch-size|generate:--temp|generate:--top-k|generate:--top-p|generate:--min-p|generate:--repeat-penalty|generate:--repeat-last-n|generate:-s|generate:--seed|generate:-sys|generate:--system-prompt)
+            COMPREPLY=(); return ;;
+        transcribe:-m|transcribe:--model)
+            COMPREPLY=(); compopt -o default; return ;;
+        transcribe:-f|transcribe:--format)
+            COMPREPLY=($(compgen -W "txt srt vtt json tsv" -- "$cur")); return ;;
+        transcribe:-o|transcribe:--output-dir)
+            COMPREPLY=(); compopt -o dirnames; return ;;
+        transcribe:-l|transcribe:--language|transcribe:-t|transcribe:--threads)
+            COMPREPLY=(); return ;;
+        transcribe:--task)
+            COMPREPLY=($(compgen -W "transcribe translate" -- "$cur")); return ;;
+        tune:-m|tune:--model)
+            COMPREPLY=(); compopt -o default; return ;;
+        tune:--budget|tune:-t|tune:--threads)
+            COMPREPLY=(); return ;;
+        bench:-m|bench:--model|bench:--ref-model|bench:--receipt)
+            COMPREPLY=(); compopt -o default; return ;;
+        bench:-p|bench:--n-prompt|bench:-n|bench:--n-gen|bench:-r|bench:--repetitions|bench:-t|bench:--threads|bench:--wait-idle|bench:-l|bench:--language)
+            COMPREPLY=(); return ;;
+        bench:-o|bench:--output)
+            COMPREPLY=($(compgen -W "md json csv jsonl" -- "$cur")); return ;;
+        bench:--ref)
+            COMPREPLY=($(compgen -W "llama.cpp whisper.cpp" -- "$cur")); return ;;
+        bench:--ref-bin)
+            COMPREPLY=(); compopt -o dirnames; return ;;
+        bench:--task)
+            COMPREPLY=($(compgen -W "transcribe translate" -- "$cur")); return ;;
+        verify:-m|verify:--model|verify:--ref-model)
+            COMPREPLY=(); compopt -o default; return ;;
+        verify:-p|verify:--prompt|verify:-n|verify:--n-predict|verify:-t|verify:--threads|verify:-c|verify:--ctx-size|verify:--tie-gap|verify:--drift-bound|verify:-l|verify:--language)
+            COMPREPLY=(); return ;;
+        verify:--ref)
+            COMPREPLY=($(compgen -W "llama.cpp whisper.cpp" -- "$cur")); return ;;
+        verify:--ref-bin)
+            COMPREPLY=(); compopt -o dirnames; return ;;
+        verify:--task)
+            COMPREPLY=($(compgen -W "transcribe translate" -- "$cur")); return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        local opts
+        case $cmd in
+            generate) opts="-m --model -p --prompt -f --file -n --n-predict -c --ctx-size -t --threads -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n -s --seed --chat -sys --system-prompt --ignore-eos --json -q --quiet -h --help" ;;
+            transcribe) opts="-m --model -f --format -o --output-dir -l --language --task -nt --no-timestamps -t --threads -q --quiet -h --help" ;;
+            tune) opts="-m --model --budget -t --threads --show --reset --force --no-warm -h --help" ;;
+            bench) opts="-m --model --asr -p --n-prompt -n --n-gen -r --repetitions -t --threads -o --output --ref --ref-bin --ref-model --wait-idle --receipt -l --language --task -nt --no-timestamps -h --help" ;;
+            verify) opts="-m --model --asr -p --prompt -n --n-predict --ref --ref-bin --ref-model -t --threads -c --ctx-size --tie-gap --drift-bound --layers --no-layers -l --language --task -nt --no-timestamps --strict --json -h --help" ;;
+        esac
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    else
+        case $cmd in
+            transcribe|bench|verify) COMPREPLY=(); compopt -o default ;;   # AUDIO files
+        esac
+    fi
 }
-
-_dasllama_completion_setup() {
-    complete -o nosort -F _dasllama_completion dasllama
-}
-
-_dasllama_completion_setup;
-
+complete -F _dasllama dasllama
