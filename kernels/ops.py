@@ -11,11 +11,12 @@ import numpy as np
 from numba import njit, prange
 
 from .actq import PAR_ROWS, round_f16
+from .quants import JIT
 from .cpu import probe
 from .dots import hsum8
 from .fa_tiles import f16_dot_lanes, outer_tile
-from .speech.encoder_ops import row_max
-from .ir import add_u32, bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive, shl_u32, sub_u32
+from .ir import (add_u32, bits_f32, f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive, max_f32,
+                 shl_u32, sub_u32)
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -29,6 +30,18 @@ F16_LANES = 16 if "avx512f" in probe().features else 8
 # ggml's float vector loops (ggml_v_expf, SwiGLU, soft_max) run 16 lanes wide with AVX-512
 # F and DQ, 8 (AVX2) otherwise
 EXP_LANES = 16 if {"avx512f", "avx512dq"} <= set(probe().features) else 8
+
+
+@njit(**JIT, fastmath={"nnan", "nsz"})
+def row_max(row, a, b):
+    """max(row[a:b]) (b > a), for attention scores: flash attention's tiles here, the Whisper
+    encoder's softmax (kernels.speech). A max does not depend on its order (scores are never
+    NaN, and -0 against +0 changes nothing downstream), so the loop may vectorise (max_f32:
+    numba's max stayed a scalar chain, a third of a softmax row)."""
+    m = row[a]
+    for j in range(a + 1, b):
+        m = max_f32(m, row[j])
+    return m
 
 
 # Batches of PAR_ROWS rows and more (actq's threshold, shared) run the row-wise ops below on

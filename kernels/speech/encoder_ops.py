@@ -9,7 +9,8 @@ element is slower than numpy's own vector loops).
 import numpy as np
 from numba import njit
 
-from ..ir import bits_f32, max_f32
+from ..ir import bits_f32
+from ..ops import row_max
 from ..quants import JIT
 
 _LOG2E = np.float32(1.44269504088896341)
@@ -74,18 +75,6 @@ def layer_norm(x, w, b, eps, out):
         dst = out[t]
         for j in range(n_cols):
             dst[j] = (row[j] - mean) * inv * w[j] + b[j]
-
-
-@njit(**JIT, fastmath={"nnan", "nsz"})
-def row_max(row, a, b):
-    """max(row[a:b]) (b > a), for attention scores here and in ops' tiles. A max does not
-    depend on its order (scores are never NaN, and -0 against +0 changes nothing downstream),
-    so the loop may vectorise (max_f32: numba's max stayed a scalar chain, a third of a
-    softmax row)."""
-    m = row[a]
-    for j in range(a + 1, b):
-        m = max_f32(m, row[j])
-    return m
 
 
 @njit(**JIT, inline="always")
