@@ -23,7 +23,7 @@ def run(cmd):
                           text=True, errors="replace")
 
 
-def printed_text(cmd, tries=5):
+def printed_text(cmd, tries=10):
     """Text a llama-completion run printed, from a run whose log reached its end.
 
     Its logger thread is not flushed at exit, so a run on a busy machine can lose the tail of
