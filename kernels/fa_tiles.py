@@ -1,4 +1,4 @@
-"""Register tiles for the tiled flash attention (ops.attention_tiled): C[R, L W] += A[R, K] B[K, L W]
+"""Register tiles for the tiled flash attention (attention.attention_tiled): C[R, L W] += A[R, K] B[K, L W]
 with every element of C one fma chain over k in order, so the result is bit for bit the
 plain loop's (`for k: c = fma(a[r, k], b[k, j], c)`) while R x W accumulators of L lanes stay
 in registers for the whole k loop. L is the machine's vector width (16 with AVX-512, 8

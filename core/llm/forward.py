@@ -10,8 +10,8 @@ import numpy as np
 from numba import njit
 
 from dasllama.kernels.matmul import act_kind, dequantize_row, matmul, quantize_act
-from dasllama.kernels.ops import (attention, geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply,
-                                  store_kv, swiglu)
+from dasllama.kernels.attention import attention, store_kv
+from dasllama.kernels.ops import geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply, swiglu
 
 # weight slots (wtab[layer, slot] = offset, qtype, rows, cols; qtype -1 = absent)
 W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_QKV = range(8)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from dasllama.kernels import ops
+from dasllama.kernels import attention as attn, ops
 from dasllama.kernels.ops_ref import attention_ref, gelu_ref, rms_norm_ref, rope_ref, silu_ref
 
 
@@ -137,12 +137,12 @@ def test_attention(T, pos0, n_swa, softcap):
     v = rng.standard_normal((n, n_head_kv * hd)).astype(np.float32)
     kc = np.zeros((n + 4, n_head_kv * hd), np.uint16)
     vc = np.zeros_like(kc)
-    ops.store_kv(k, kc, 0)
-    ops.store_kv(v, vc, 0)
+    attn.store_kv(k, kc, 0)
+    attn.store_kv(v, vc, 0)
     np.testing.assert_array_equal(kc[:n], k.astype(np.float16).view(np.uint16))
     out = np.empty((T, n_head * hd), np.float32)
     scale = 1 / np.sqrt(hd)
-    ops.attention(q, kc, vc, pos0, n_head, n_head_kv, hd, hd, scale, softcap, n_swa, out)
+    attn.attention(q, kc, vc, pos0, n_head, n_head_kv, hd, hd, scale, softcap, n_swa, out)
     ref = attention_ref(q, k.astype(np.float16), v.astype(np.float16), pos0, n_head, n_head_kv,
                         scale, softcap, n_swa)
     # f16 queries and the f16 accumulator of ggml's one-chunk path cost ~1e-6 NMSE
@@ -157,11 +157,11 @@ def test_tiled_attention_rows_do_not_depend_on_their_block(n_swa):
     q = rng.standard_normal((T, n_head * hd)).astype(np.float32)
     kc = np.zeros((T, n_head_kv * hd), np.uint16)
     vc = np.zeros_like(kc)
-    ops.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), kc, 0)
-    ops.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), vc, 0)
+    attn.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), kc, 0)
+    attn.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), vc, 0)
     whole = np.empty((T, n_head * hd), np.float32)
-    ops.attention(q, kc, vc, 0, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, whole)
+    attn.attention(q, kc, vc, 0, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, whole)
     part = np.empty((T - skip, n_head * hd), np.float32)
-    assert T - skip >= ops.FA_TILE_Q and skip % ops.FA_ROWS
-    ops.attention(q[skip:], kc, vc, skip, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, part)
+    assert T - skip >= attn.FA_TILE_Q and skip % attn.FA_ROWS
+    attn.attention(q[skip:], kc, vc, skip, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, part)
     np.testing.assert_array_equal(part.view(np.uint32), whole[skip:].view(np.uint32))

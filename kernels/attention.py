@@ -1,0 +1,391 @@
+"""Attention over an f16 KV cache as ggml-cpu's flash attention computes it: the one-chunk path
+(decode and small batches, an f16 accumulator), the split-KV path (one query over many keys)
+and the tiled path (batches of FA_TILE_Q queries and more, f32 throughout), so greedy tokens
+match llama.cpp bit for bit. The plain numpy reference is ops_ref.attention_ref."""
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .actq import round_f16
+from .cpu import probe
+from .dots import hsum8
+from .fa_tiles import f16_dot_lanes, outer_tile
+from .ir import f16_to_f32, f32_to_f16, fma_f32, keep_alive
+from .ops import EXP_LANES, row_max, v_expf
+
+# ggml's tiled flash attention (f32 throughout) serves batches of at least this many queries;
+# smaller batches and decode take the one-chunk path with its f16 accumulator.
+FA_TILE_Q = 64
+# f32 lanes of ggml's F16 vectors on this CPU: 16 with AVX-512 (GGML_F32Cx16), 8 with AVX2
+# (GGML_F32Cx8). Only K.Q's reduction depends on it; the element-wise f16 ops do not.
+F16_LANES = 16 if "avx512f" in probe().features else 8
+
+
+@njit(cache=True, boundscheck=False)
+def store_kv(src, cache, pos0):
+    """Round rows of src (T, n) to f16 into cache rows pos0.. (cache: (n_ctx, n) uint16)."""
+    T, n = src.shape
+    for t in range(T):
+        for i in range(n):
+            cache[pos0 + t, i] = f32_to_f16(src[t, i])
+
+
+_f16_dot = f16_dot_lanes(F16_LANES)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _kq(q16, kcache, j, koff, head_dim, lanes):
+    """ggml_vec_dot_f16 as compiled for this CPU (F16C lanes in f32): 4 accumulators of
+    F16_LANES lanes, fma over steps of 4*F16_LANES, folded 0+2, 1+3, then 0+1 (the IR of
+    fa_tiles.f16_dot_lanes, into lanes: F16_LANES f32), then across lanes (_mm512_reduce_add_ps;
+    on AVX2 the 128-bit halves added, then two hadds); the tail summed in double."""
+    L = F16_LANES
+    n_main = head_dim - head_dim % (4 * L)
+    _f16_dot(q16.ctypes.data, kcache.ctypes.data + j * kcache.strides[0] + 2 * koff,
+             n_main // (4 * L), lanes.ctypes.data)
+    a = lanes
+    if L == 16:
+        total = np.float64(_reduce16(a))
+    else:
+        total = np.float64(((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])))
+    for d in range(n_main, head_dim):
+        total += np.float64(f16_to_f32(kcache[j, koff + d]) * q16[d])
+    return np.float32(total)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _reduce16(a):
+    """_mm512_reduce_add_ps as gcc expands it: halves 8, 4, 2, 1."""
+    s0 = (a[0] + a[8]) + (a[4] + a[12])
+    s1 = (a[1] + a[9]) + (a[5] + a[13])
+    s2 = (a[2] + a[10]) + (a[6] + a[14])
+    s3 = (a[3] + a[11]) + (a[7] + a[15])
+    return (s0 + s2) + (s1 + s3)
+
+
+@njit(cache=True, boundscheck=False)
+def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+              scale, softcap, n_swa, out, n_threads=1):
+    """Causal flash attention of T queries at positions pos0.. over the f16 cache.
+
+    q: (T, n_head*head_dim) f32; kcache: (n_ctx, n_head_kv*head_dim) u16;
+    vcache: (n_ctx, n_head_kv*head_dim_v) u16; out: (T, n_head*head_dim_v).
+    n_swa > 0 masks keys at distance >= n_swa (sliding window). As in ggml, batches below
+    FA_TILE_Q queries take the one-chunk path (f16 queries, V accumulated in f16), larger
+    ones the tiled path (f32 throughout); a single query over a padded cache of 512 cells or
+    more takes the split-KV path (one chunk of keys per thread, partials reduced: n_threads
+    is llama.cpp's thread count, which shapes the result there).
+    """
+    if q.shape[0] >= FA_TILE_Q:
+        attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                        scale, softcap, n_swa, out)
+    elif q.shape[0] == 1 and n_kv_cells(kcache.shape[0], pos0 + 1) >= FA_SPLIT_KV:
+        attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                           scale, softcap, n_swa, n_threads, out)
+    else:
+        attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                            scale, softcap, n_swa, out)
+
+
+FA_SPLIT_KV = 512   # ggml's use_split_kv_path: one query, nek1 >= 512
+KV_PAD = 256        # llama_kv_cache::get_n_kv pads the cells it shows the graph to 256
+
+
+@njit(cache=True, inline="always")
+def n_kv_cells(cache_size, n_used):
+    """The nek1 llama.cpp's graph sees: used cells padded to 256, at most the cache size.
+    (Assumes the reference's KV cache has our n_ctx cells, as `verify` runs it.)"""
+    return min(cache_size, max(KV_PAD, (n_used + KV_PAD - 1) // KV_PAD * KV_PAD))
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _one_chunk_row(qv, kcache, vcache, koff, voff, j0, j1, head_dim, head_dim_v, scale,
+                   softcap, acc, lanes):
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query over keys j0..j1-1:
+    acc (head_dim_v,) gets the f16 accumulator's values (unnormalised); returns (M, S)."""
+    acc[:] = 0.0
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for j in range(j0, j1):
+        vrow = vcache[j, voff:voff + head_dim_v]
+        s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
+        if softcap != 0.0:
+            s = np.float32(softcap) * np.float32(math.tanh(s))
+        ms = np.float32(1.0)
+        vs = np.float32(1.0)
+        if s > M:
+            ms = np.float32(math.exp(M - s))
+            M = s
+            for d in range(head_dim_v):
+                acc[d] = round_f16(acc[d] * ms)
+        else:
+            vs = np.float32(math.exp(s - M))
+        for d in range(head_dim_v):
+            acc[d] = round_f16(fma_f32(f16_to_f32(vrow[d]), vs, acc[d]))
+        S = fma_f32(S, ms, vs)
+    return M, S
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                        scale, softcap, n_swa, out):
+    """ggml's one-chunk flash attention: online softmax key by key, f16 accumulator."""
+    T = q.shape[0]
+    group = n_head // n_head_kv
+    if softcap != 0.0:
+        scale = scale / softcap
+    for job in prange(T * n_head):
+        t = job // n_head
+        h = job % n_head
+        p = pos0 + t
+        lo = 0
+        if n_swa > 0 and p - n_swa + 1 > 0:
+            lo = p - n_swa + 1
+        qv = np.empty(head_dim, np.float32)
+        acc = np.empty(head_dim_v, np.float32)
+        lanes = np.empty(F16_LANES, np.float32)
+        for d in range(head_dim):
+            qv[d] = round_f16(q[t, h * head_dim + d])
+        M, S = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim, (h // group) * head_dim_v,
+                              lo, p + 1, head_dim, head_dim_v, scale, softcap, acc, lanes)
+        inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
+        for d in range(head_dim_v):
+            out[t, h * head_dim_v + d] = acc[d] * inv
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                       scale, softcap, n_swa, n_threads, out):
+    """ggml's split-KV decode: the padded cells cut into n_threads chunks, each run as one
+    chunk from M = -inf, then the partials merged in chunk order
+    (ggml_flash_attn_ext_reduce_partials: V = fma(V, e^(M-M'), Vc*e^(Mc-M')), the same for S).
+    Depends on llama.cpp's thread count, taken equal to ours."""
+    group = n_head // n_head_kv
+    if softcap != 0.0:
+        scale = scale / softcap
+    p = pos0
+    lo = 0
+    if n_swa > 0 and p - n_swa + 1 > 0:
+        lo = p - n_swa + 1
+    nek1 = n_kv_cells(kcache.shape[0], p + 1)
+    chunk = (nek1 + n_threads - 1) // n_threads
+    for h in prange(n_head):
+        qv = np.empty(head_dim, np.float32)
+        for d in range(head_dim):
+            qv[d] = round_f16(q[0, h * head_dim + d])
+        acc = np.empty(head_dim_v, np.float32)
+        lanes = np.empty(F16_LANES, np.float32)
+        vkq = np.zeros(head_dim_v, np.float32)
+        M = np.float32(-np.inf)
+        S = np.float32(0.0)
+        for c in range(n_threads):
+            j0 = max(c * chunk, lo)
+            j1 = min(c * chunk + chunk, p + 1)
+            if j0 >= j1:
+                continue          # every key masked: S = 0, skipped by the reduction
+            Mc, Sc = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim,
+                                    (h // group) * head_dim_v, j0, j1, head_dim, head_dim_v,
+                                    scale, softcap, acc, lanes)
+            if Sc == 0.0:
+                continue
+            m_new = max(M, Mc)
+            s_old = np.float32(math.exp(M - m_new))
+            s_new = np.float32(math.exp(Mc - m_new))
+            for d in range(head_dim_v):
+                vkq[d] = fma_f32(vkq[d], s_old, acc[d] * s_new)
+            S = fma_f32(S, s_old, Sc * s_new)
+            M = m_new
+        if S != 0.0:
+            inv = np.float32(1.0) / S
+            for d in range(head_dim_v):
+                vkq[d] = vkq[d] * inv
+        for d in range(head_dim_v):
+            out[0, h * head_dim_v + d] = vkq[d]
+
+
+FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
+# Register tiles of the scores and values: FA_R query rows x FA_COLS columns (4 vectors of
+# FA_LANES), sized so the accumulators, the 4 B vectors and a broadcast fit the register file
+# (AVX-512: 4 x 4 of 32 zmm; AVX2: 2 x 4 of 16 ymm, 73 GFLOP/s hot on one core: 3 x 4 spilled
+# two accumulators through the stack on every step and ran at 36)
+FA_LANES = 16 if "avx512f" in probe().features else 8
+FA_R = 4 if FA_LANES == 16 else 2
+FA_COLS = 4 * FA_LANES
+# query rows of one head that share a tile's loads (any size gives the same result; 16 against
+# 10: scores and values ~15 % faster at pp512), and the head_dim chunk of the scores' chains
+FA_ROWS = 16
+FA_DC = 64
+
+
+@njit(cache=True, boundscheck=False)
+def _key_tiles(cache, n, off, width, dst):
+    """dst[tile, d, k] = cache[64 tile + k, off + d] as f32, zero past n: each key tile
+    transposed (features by keys, as ggml packs it) and contiguous, so the score tile's k loop
+    walks 256-byte rows rather than rows one cache-size stride apart (which thrashed L1 and L2:
+    ~8x slower scores)."""
+    for tile in range(dst.shape[0]):
+        j0 = tile * FA_TILE_KV
+        for k in range(FA_TILE_KV):
+            j = j0 + k
+            if j < n:
+                for d in range(width):
+                    dst[tile, d, k] = f16_to_f32(cache[j, off + d])
+            else:
+                for d in range(width):
+                    dst[tile, d, k] = 0.0
+
+
+@njit(cache=True, boundscheck=False)
+def _value_tiles(cache, n, off, width, dst):
+    """dst[tile, c, k, i] = cache[64 tile + k, off + FA_COLS c + i] as f32, zero past n and
+    past width: each key tile's values cut into column chunks of FA_COLS, each chunk
+    contiguous, so the value tile's k loop walks consecutive rows."""
+    for tile in range(dst.shape[0]):
+        for c in range(dst.shape[1]):
+            for k in range(FA_TILE_KV):
+                j = tile * FA_TILE_KV + k
+                for i in range(FA_COLS):
+                    d = c * FA_COLS + i
+                    dst[tile, c, k, i] = f16_to_f32(cache[j, off + d]) if j < n and d < width else 0.0
+
+
+@njit(cache=True, boundscheck=False)
+def _scores_exp(row, m):
+    """row[k] = ggml_v_expf(row[k] - m) over the tile, as one flat (vectorisable) loop; masked
+    keys hold -inf and give 0. Returns the sum in ggml_vec_soft_max_f32's order: per EXP_LANES
+    lanes a horizontal sum, added in double."""
+    for k in range(FA_TILE_KV):
+        row[k] = v_expf(row[k] - m)
+    total = 0.0
+    for c in range(0, FA_TILE_KV, EXP_LANES):
+        if EXP_LANES == 16:
+            total += np.float64(_reduce16(row[c:c + 16]))
+        else:
+            total += np.float64(hsum8(row[c:c + 8]))
+    return total
+
+
+_o1, _o2, _o3, _o4 = (outer_tile(r, 4, FA_LANES) for r in (1, 2, 3, 4))
+
+
+@njit(cache=True, inline="always")
+def _outer(rows, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
+    """fa_tiles.outer_tile(rows, 4) for rows 1..4: FA_COLS columns."""
+    if rows == 4:
+        _o4(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+    elif rows == 3:
+        _o3(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+    elif rows == 2:
+        _o2(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+    else:
+        _o1(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
+                    scale, softcap, n_swa, out):
+    """ggml's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): f32 queries;
+    keys in tiles of FA_TILE_KV from position 0; per tile and query row, scores by one fma
+    chain over head_dim (simd_gemm), scaled, the running max, rescale by expf on a new max,
+    probabilities by ggml_v_expf with their sum in double per EXP_LANES lanes
+    (ggml_vec_soft_max_f32), then V accumulated by one fma chain over the tile's keys. Rows
+    are independent; FA_ROWS of one head share each tile's loads."""
+    T = q.shape[0]
+    n_kv = pos0 + T
+    group = n_head // n_head_kv
+    if softcap != 0.0:
+        scale = scale / softcap
+    n_tiles = (n_kv + FA_TILE_KV - 1) // FA_TILE_KV
+    kf = np.empty((n_head_kv, n_tiles, head_dim, FA_TILE_KV), np.float32)
+    n_chunks = (head_dim_v + FA_COLS - 1) // FA_COLS
+    vf = np.empty((n_head_kv, n_tiles, n_chunks, FA_TILE_KV, FA_COLS), np.float32)
+    for job in prange(2 * n_head_kv):
+        g = job // 2
+        if job % 2 == 0:
+            _key_tiles(kcache, n_kv, g * head_dim, head_dim, kf[g])
+        else:
+            _value_tiles(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
+    hdv_pad = n_chunks * FA_COLS
+    n_blocks = (T + FA_ROWS - 1) // FA_ROWS
+    q_p, kf_p, vf_p = np.int64(q.ctypes.data), np.int64(kf.ctypes.data), np.int64(vf.ctypes.data)
+    qs = q.strides[0]
+    for job in prange(n_head * n_blocks):
+        h = job // n_blocks
+        t0 = (job % n_blocks) * FA_ROWS
+        nr = min(FA_ROWS, T - t0)
+        g = h // group
+        kq = np.empty((FA_ROWS, FA_TILE_KV), np.float32)
+        acc = np.zeros((FA_ROWS, hdv_pad), np.float32)
+        kq_p, acc_p, kq_rs = np.int64(kq.ctypes.data), np.int64(acc.ctypes.data), FA_TILE_KV * 4
+        M = np.full(FA_ROWS, -np.inf, np.float32)
+        S = np.zeros(FA_ROWS, np.float32)
+        live = np.zeros(FA_ROWS, np.bool_)
+        lo0 = 0              # the first key any row of the block sees
+        if n_swa > 0:
+            lo0 = max(0, pos0 + t0 - n_swa + 1)
+        for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
+            kq[:, :] = 0.0
+            k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
+            # the scores' fma chains run over head_dim in chunks of FA_DC, each chunk against
+            # every row of the block while its keys (FA_DC x FA_COLS) stay in L1; the chains
+            # pass through kq between chunks, which stores and reloads them exactly
+            for c0 in range(0, FA_TILE_KV, FA_COLS):
+                for d0 in range(0, head_dim, FA_DC):
+                    for r in range(0, nr, FA_R):
+                        _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
+                               k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
+                               kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
+            for r in range(nr):
+                p = pos0 + t0 + r
+                lo = 0
+                if n_swa > 0 and p - n_swa + 1 > 0:
+                    lo = p - n_swa + 1
+                a = max(lo, ic) - ic            # the tile's keys this row sees: a..b-1
+                b = min(p + 1, ic + FA_TILE_KV) - ic
+                live[r] = False                 # all keys masked: ggml skips the row
+                if a >= b:
+                    continue
+                row = kq[r]
+                for tk in range(a):
+                    row[tk] = np.float32(-np.inf)
+                for tk in range(b, FA_TILE_KV):
+                    row[tk] = np.float32(-np.inf)
+                if softcap != 0.0:
+                    for tk in range(a, b):
+                        row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
+                else:
+                    for tk in range(a, b):
+                        row[tk] = row[tk] * np.float32(scale)
+                tile_max = row_max(row, a, b)
+                live[r] = tile_max != -np.inf
+                if not live[r]:
+                    continue
+                m_new = max(M[r], tile_max)
+                if m_new > M[r]:
+                    ms = np.float32(math.exp(M[r] - m_new))
+                    for d in range(head_dim_v):
+                        acc[r, d] = acc[r, d] * ms
+                    S[r] = S[r] * ms
+                M[r] = m_new
+                total = _scores_exp(row, m_new)
+                S[r] = np.float32(np.float64(S[r]) + total)
+            v_tile = vf_p + (g * n_tiles + ic // FA_TILE_KV) * n_chunks * FA_TILE_KV * FA_COLS * 4
+            all_live = True
+            for r in range(nr):
+                all_live = all_live and live[r]
+            step = FA_R if all_live else 1
+            for c in range(n_chunks):           # a chunk of values against every row
+                for r in range(0, nr, step):
+                    if live[r]:
+                        _outer(min(step, nr - r), kq_p + r * kq_rs, kq_rs, 4,
+                               v_tile + c * FA_TILE_KV * FA_COLS * 4, FA_COLS * 4,
+                               acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
+        for r in range(nr):
+            inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
+            for d in range(head_dim_v):
+                out[t0 + r, h * head_dim_v + d] = acc[r, d] * inv
+    # numba frees an array after its last use in the function, and the tiles above reach kf
+    # and vf by raw address only: these uses keep them alive until here
+    keep_alive(kf)
+    keep_alive(vf)
