@@ -4,8 +4,7 @@ import sys
 
 import click
 
-from dasllama.core import SamplerParams, load, prompt_ids
-from dasllama.core.llm import generate
+from dasllama.core import SamplerParams, generate, load, prompt_ids
 
 from .errors import user_errors
 
