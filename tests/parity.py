@@ -11,7 +11,7 @@ decodes it as N-1 tokens then 1, which takes other matmul paths and moves the la
 import numpy as np
 
 from dasllama.core import SamplerParams
-from dasllama.core.llm import generate
+from dasllama.core.llm.generate import generate
 from dasllama.core.tools.ref_llama import find_reference
 from tests.llama_ref import reference_greedy_ids
 
