@@ -5,14 +5,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dasllama.formats.gguf import open_gguf
+from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels import ops, sidecar, rowgroups
 from dasllama.kernels.quants import Q5_0, SUPPORTED as SUPPORTED_QTYPES, row_bytes
 
 from . import forward as fw
 from .families import family
-from .families.base import build_tables
-from .tokenizer import Tokenizer
+from .families.base import UnsupportedModel, build_tables, check_hparams
+from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
 from ..runtime.threads import (DECODE_LAYERS, prefer_threading_layers, ram_bytes, set_threads,
                                warn_slow_threading)
@@ -127,19 +127,50 @@ class Model:
         self.path = os.fspath(path)
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)
-        self.hparams, self.flags = self.family.describe(self.gguf)
-        self.tables = build_tables(self.gguf, self.hparams, self.flags, SUPPORTED_QTYPES)
-        self.pbuf, self.ptab = prefill_copies(self.gguf.data, self.tables.wtab, prefill_copy)
-        self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
+        self.hparams, self.flags, self.tables = self._describe()
+        self.tokenizer = self._tokenizer()
         self.n_vocab = int(self.tables.hp[fw.H_N_VOCAB])
+        if self.tokenizer.n_vocab > self.n_vocab:
+            raise UnsupportedModel(f"{self.path}: the vocabulary has {self.tokenizer.n_vocab} "
+                                   f"tokens but the output matrix only {self.n_vocab} rows; the "
+                                   "file is corrupt or from a foreign converter.")
         self.n_ctx = int(n_ctx) if n_ctx else min(self.hparams.n_ctx_train, DEFAULT_N_CTX)
         self.n_batch = int(n_batch)
+        if self.n_ctx < 1 or self.n_batch < 1:
+            raise ValueError(f"n_ctx ({self.n_ctx}) and n_batch ({self.n_batch}) must be at least 1.")
+        self.pbuf, self.ptab = prefill_copies(self.gguf.data, self.tables.wtab, prefill_copy)
         self.n_threads = set_threads(n_threads)
         self._alloc()
         self.gelu_tab = ops.gelu_table()
         self.n_past = 0
         self.history = []
         self.timings = Timings(load_s=time.perf_counter() - t0)
+
+    def _describe(self):
+        """(hparams, flags, tables) from the metadata; values of the wrong type or impossible
+        size are a corrupt file, said in one sentence (GGUFError and UnsupportedModel pass)."""
+        try:
+            hparams, flags = self.family.describe(self.gguf)
+            check_hparams(self.gguf, hparams)
+            return hparams, flags, build_tables(self.gguf, hparams, flags, SUPPORTED_QTYPES)
+        except (GGUFError, UnsupportedModel):
+            raise
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+            raise UnsupportedModel(f"{self.path}: the model's hyper-parameters in the GGUF "
+                                   f"metadata are malformed ({e}); the file is corrupt or from "
+                                   "a foreign converter.") from None
+
+    def _tokenizer(self):
+        try:
+            return Tokenizer.from_metadata(self.gguf.metadata)
+        except TokenizerError as e:
+            raise TokenizerError(f"{self.path}: {e}") from None
+
+    def kv_cache_bytes(self, n_ctx=None):
+        """Bytes of the f16 keys and values for n_ctx tokens (default: this model's n_ctx)."""
+        hp = self.hparams
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
+        return 2 * hp.n_layer * n_ctx * hp.n_head_kv * (hp.head_dim + hp.head_dim_v)
 
     def _alloc(self):
         hp = self.hparams
