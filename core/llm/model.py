@@ -140,6 +140,10 @@ class Model:
             raise ValueError(f"n_ctx ({self.n_ctx}) and n_batch ({self.n_batch}) must be at least 1.")
         self.pbuf, self.ptab = prefill_copies(self.gguf.data, self.tables.wtab, prefill_copy)
         self.n_threads = set_threads(n_threads)
+        if self.kv_cache_bytes() > ram_bytes():
+            raise ContextFull(f"a context of {self.n_ctx} tokens needs "
+                              f"{self.kv_cache_bytes() / 2**30:.1f} GiB of KV cache, more than this "
+                              f"machine's {ram_bytes() / 2**30:.1f} GiB of RAM: lower -c.")
         self._alloc()
         self.gelu_tab = ops.gelu_table()
         self.n_past = 0
