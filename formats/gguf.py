@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
+from .whisper_ggml import is_whisper_ggml
+
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 # gguf-py and llama.cpp write flat arrays or arrays of arrays; deeper nesting only comes from a
@@ -106,6 +108,12 @@ def _diagnose_foreign(path, head):
     if text.startswith((b"<!doctype html", b"<html")):
         return (f"{path} is an HTML page, not a model: the download saved a web page "
                 "(a login or error page); download the file itself.")
+    if is_whisper_ggml(head):
+        return (f"{path} is a whisper.cpp speech model, not a GGUF language model: transcribe "
+                "with it (`dasllama transcribe -m`).")
+    if b"WhisperSpec" in head[:32]:
+        return (f"{path} is a faster-whisper (CTranslate2) speech model, not a GGUF language "
+                "model: transcribe with its directory (`dasllama transcribe -m DIR`).")
     legacy = {b"tjgg": "GGJT", b"lmgg": "GGML", b"fmgg": "GGMF", b"algg": "GGLA"}
     if head[:4] in legacy:
         return (f"{path} is a pre-GGUF {legacy[head[:4]]} file (llama.cpp before August 2023 or "

@@ -48,13 +48,30 @@ class WhisperGGML:
 
 
 def _diagnose(path, head):
-    if head.startswith(b"version https://git-lfs"):
+    text = head.lstrip().lower()
+    if text.startswith(b"version https://git-lfs"):
         return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
+    if text.startswith((b"<!doctype html", b"<html")):
+        return (f"{path} is an HTML page, not a model: the download saved a web page (a login "
+                "or error page); download the file itself.")
     if head.startswith(b"GGUF"):
-        return f"{path} is a GGUF file, not a whisper.cpp ggml .bin."
+        return (f"{path} is a GGUF file (a language model: run it with `dasllama generate`), "
+                "not a whisper.cpp ggml .bin.")
     if head.startswith(b"PK"):
         return f"{path} is a zip archive (a PyTorch checkpoint?), not a whisper.cpp ggml .bin."
-    return f"{path} is not a whisper.cpp ggml model (bad magic)."
+    if head[:4] == MAGIC.to_bytes(4, "little"):
+        return (f"{path} is too short for a whisper.cpp model ({len(head)} bytes): it is "
+                "truncated; download it again.")
+    return f"{path} is not a whisper.cpp ggml model (it does not start with the ggml magic)."
+
+
+def is_whisper_ggml(head):
+    """Whether the first 64 bytes of a file are a whisper.cpp model's: the ggml magic, then
+    after the 11 hyper-parameters a mel filter table of 80 or 128 filters of 201 bins."""
+    if len(head) < 56 or head[:4] != MAGIC.to_bytes(4, "little"):
+        return False
+    n_mel, n_fft = struct.unpack_from("<2i", head, 48)
+    return n_mel in (80, 128) and n_fft == 201
 
 
 class _Cursor:
@@ -62,8 +79,11 @@ class _Cursor:
         self.buf, self.pos, self.path = buf, 0, path
 
     def take(self, n):
-        if n < 0 or self.pos + n > len(self.buf):
-            raise GGMLError(f"{self.path}: truncated whisper.cpp model at byte {self.pos}.")
+        if n < 0:
+            raise GGMLError(f"{self.path} is corrupt: a length of {n} at byte {self.pos}.")
+        if self.pos + n > len(self.buf):
+            raise GGMLError(f"{self.path} is truncated: the whisper.cpp model ends at byte "
+                            f"{len(self.buf)}, data runs on to byte {self.pos + n}; download it again.")
         start = self.pos
         self.pos += n
         return start
@@ -75,10 +95,17 @@ class _Cursor:
 def read(path):
     """Read a whisper.cpp ggml .bin; tensor data are views into one read-only memory map."""
     path = Path(path)
+    if path.is_dir():
+        raise GGMLError(f"{path} is a directory, not a whisper.cpp ggml .bin.")
     if not path.is_file():
         raise GGMLError(f"{path}: no such file.")
-    buf = np.memmap(path, dtype=np.uint8, mode="r")
-    if len(buf) < 48 or struct.unpack_from("<I", buf, 0)[0] != MAGIC:
+    if path.stat().st_size == 0:
+        raise GGMLError(f"{path} is empty (0 bytes): download the model again.")
+    try:
+        buf = np.memmap(path, dtype=np.uint8, mode="r")
+    except OSError as e:
+        raise GGMLError(f"{path} cannot be read ({e.strerror or e}): check its permissions.") from None
+    if len(buf) < 56 or struct.unpack_from("<I", buf, 0)[0] != MAGIC:
         raise GGMLError(_diagnose(path, bytes(buf[:64])))
     cur = _Cursor(buf, path)
     cur.take(4)
@@ -98,6 +125,9 @@ def read(path):
         if not 0 < n_dims <= 4:
             raise GGMLError(f"{path}: tensor with {n_dims} dims at byte {cur.pos}.")
         ne = cur.ints(n_dims)
+        if min(ne) < 1:
+            raise GGMLError(f"{path}: a tensor at byte {cur.pos} claims dimensions {ne}; the "
+                            "file is corrupt.")
         start = cur.take(name_len)
         name = bytes(buf[start:cur.pos]).decode("utf-8", "replace")
         model.tensors[name] = _tensor(cur, name, qtype, ne)

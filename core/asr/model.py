@@ -111,6 +111,20 @@ class WhisperHParams:
                    n_text_head=int(m["decoder/num_heads"]), n_text_layer=count("decoder"),
                    n_mels=n_mels)
 
+    def check(self, path):
+        """Sizes Whisper's graph divides and indexes by; anything else is a corrupt file."""
+        for name, value in vars(self).items():
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise WhisperModelError(f"{path}: the hyper-parameter {name} is {value!r}; the "
+                                        "file is corrupt.")
+        if self.n_audio_state % self.n_audio_head or self.n_text_state % self.n_text_head:
+            raise WhisperModelError(f"{path}: the attention widths do not divide over the heads; "
+                                    "the file is corrupt.")
+        if self.n_vocab < 51864 or self.n_mels not in (80, 128):
+            raise WhisperModelError(f"{path}: a vocabulary of {self.n_vocab} and {self.n_mels} mel "
+                                    "bins are not a Whisper model's; the file is corrupt or not "
+                                    "Whisper.")
+
     def as_ggml(self, ftype=1):
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "ftype": ftype}
 
@@ -202,8 +216,12 @@ def mel_filters(n_mels, sample_rate=SAMPLE_RATE, n_fft=N_FFT):
 def _is_ct2(path):
     if path.is_dir():
         return (path / "model.bin").is_file()
-    with open(path, "rb") as f:
-        head = f.read(4)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise WhisperModelError(f"{path} cannot be read ({e.strerror or e}): check its "
+                                "permissions.") from None
     return head != b"lmgg" and path.name == "model.bin"
 
 
@@ -248,10 +266,18 @@ class WhisperModel:
                 self._load_ct2(path if path.is_dir() else path.parent)
             else:
                 self._load_ggml(path)
+            self.hparams.check(path)
+            if weights:
+                self._build()
         except (ct2.CT2Error, whisper_ggml.GGMLError) as e:
             raise WhisperModelError(str(e)) from None
-        if weights:
-            self._build()
+        except WhisperModelError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
+            # a tensor whose shape contradicts the hyper-parameters (numpy says so first)
+            raise WhisperModelError(f"{path}: the model's tensors do not fit its "
+                                    f"hyper-parameters ({e}); the file is corrupt or from a "
+                                    "foreign converter.") from None
         self.load_s = time.perf_counter() - t0
 
     @property
@@ -271,7 +297,11 @@ class WhisperModel:
         if not vocab_file.is_file():
             raise WhisperModelError(f"{directory} has no vocabulary.txt (a faster-whisper "
                                     f"model dir carries one beside model.bin).")
-        lines = vocab_file.read_text(encoding="utf-8").splitlines()
+        try:
+            lines = vocab_file.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise WhisperModelError(f"{vocab_file} is not UTF-8 text (byte offset {e.start}); "
+                                    "it is not a faster-whisper vocabulary.") from None
         self.tokenizer = WhisperTokenizer(tokens_from_gpt2_strings(lines), hp.n_vocab)
         self.filters = mel_filters(hp.n_mels)
         self.tensors = dict(ct2_tensors(m, hp))
@@ -291,8 +321,12 @@ class WhisperModel:
     def _suppression(self, config_path):
         tok = self.tokenizer
         if config_path is not None and config_path.is_file():
-            cfg = json.loads(config_path.read_text())
-            if "suppress_ids" in cfg and "suppress_ids_begin" in cfg:
+            try:
+                cfg = json.loads(config_path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, ValueError) as e:
+                raise WhisperModelError(f"{config_path} is not JSON ({e}); repair or delete "
+                                        "it.") from None
+            if isinstance(cfg, dict) and "suppress_ids" in cfg and "suppress_ids_begin" in cfg:
                 return cfg["suppress_ids"], cfg["suppress_ids_begin"]
         return tok.suppress_ids(), tok.blank_ids()
 
