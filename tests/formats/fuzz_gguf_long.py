@@ -78,14 +78,15 @@ def main():
             load_metadata(target)
             outcomes["loads"] += 1
         except OWN_ERRORS as e:
-            text = str(e).split(": ", 1)[-1]
-            outcomes[f"{type(e).__name__}: {' '.join(text.split()[:4])}"] += 1
+            words = str(e).replace(str(target), "FILE").replace("'", "").split()
+            outcomes[f"{type(e).__name__}: {' '.join(w for w in words[:7] if not w[0].isdigit())}"] += 1
         total = sum(outcomes.values())
         if total % 2000 == 0:
             (out / "outcomes.json").write_text(json.dumps(
                 {"inputs": total, "outcomes": dict(outcomes.most_common())}, indent=1))
 
-    atheris.Setup([sys.argv[0], str(corpus), "-max_len=200000", "-rss_limit_mb=4096",
+    atheris.Setup([sys.argv[0], str(corpus), "-max_len=200000", "-rss_limit_mb=2048",
+                   f"-artifact_prefix={out}/",
                    *sys.argv[2:]], one)
     atheris.Fuzz()
 

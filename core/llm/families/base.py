@@ -53,6 +53,10 @@ class Hparams:
     def from_gguf(cls, g, swa_pattern=0, **overrides):
         """Common keys; a family passes its SWA pattern and any arch-specific values."""
         n_layer = int(_key(g, Keys.LLM.BLOCK_COUNT))
+        if not 1 <= n_layer <= len(g.tensors):
+            # before anything is sized by it: a corrupt count would allocate gigabytes
+            raise UnsupportedModel(f"{g.path}: block_count {n_layer} does not fit the file's "
+                                   f"{len(g.tensors)} tensors; the file is corrupt.")
         n_embd = int(_key(g, Keys.LLM.EMBEDDING_LENGTH))
         n_head = _key(g, Keys.Attention.HEAD_COUNT)
         n_head = int(np.max(n_head)) if isinstance(n_head, np.ndarray) else int(n_head)
