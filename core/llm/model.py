@@ -116,6 +116,43 @@ def prefill_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
     return pbuf, ptab
 
 
+def describe(g, fam=None):
+    """(hparams, flags, tables) of an open GGUF from its metadata; values of the wrong type
+    or impossible size are a corrupt file, said in one sentence (UnsupportedModel)."""
+    fam = fam or family(g.architecture)
+    try:
+        hparams, flags = fam.describe(g)
+        check_hparams(g, hparams)
+        return hparams, flags, build_tables(g, hparams, flags, SUPPORTED_QTYPES)
+    except (GGUFError, UnsupportedModel):
+        raise
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+        raise UnsupportedModel(f"{g.path}: the model's hyper-parameters in the GGUF metadata "
+                               f"are malformed ({e}); the file is corrupt or from a foreign "
+                               "converter.") from None
+
+
+def tokenizer_of(g):
+    try:
+        return Tokenizer.from_metadata(g.metadata)
+    except TokenizerError as e:
+        raise TokenizerError(f"{g.path}: {e}") from None
+
+
+def check_runnable(g):
+    """Raise the one-sentence error that would stop `Model(g.path)`, short of allocating:
+    an unknown family, a missing or malformed key or tensor, an unusable vocab."""
+    describe(g)
+    tokenizer_of(g)
+
+
+def open_runnable(path):
+    """open_gguf, then check_runnable: the file of a model this engine can run."""
+    g = open_gguf(os.fspath(path))
+    check_runnable(g)
+    return g
+
+
 class Model:
     """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
 
@@ -151,24 +188,10 @@ class Model:
         self.timings = Timings(load_s=time.perf_counter() - t0)
 
     def _describe(self):
-        """(hparams, flags, tables) from the metadata; values of the wrong type or impossible
-        size are a corrupt file, said in one sentence (GGUFError and UnsupportedModel pass)."""
-        try:
-            hparams, flags = self.family.describe(self.gguf)
-            check_hparams(self.gguf, hparams)
-            return hparams, flags, build_tables(self.gguf, hparams, flags, SUPPORTED_QTYPES)
-        except (GGUFError, UnsupportedModel):
-            raise
-        except (TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
-            raise UnsupportedModel(f"{self.path}: the model's hyper-parameters in the GGUF "
-                                   f"metadata are malformed ({e}); the file is corrupt or from "
-                                   "a foreign converter.") from None
+        return describe(self.gguf, self.family)
 
     def _tokenizer(self):
-        try:
-            return Tokenizer.from_metadata(self.gguf.metadata)
-        except TokenizerError as e:
-            raise TokenizerError(f"{self.path}: {e}") from None
+        return tokenizer_of(self.gguf)
 
     def kv_cache_bytes(self, n_ctx=None):
         """Bytes of the f16 keys and values for n_ctx tokens (default: this model's n_ctx)."""
