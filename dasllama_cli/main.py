@@ -93,3 +93,7 @@ cli.add_command(transcribe_cmd, "transcribe")
 cli.add_command(verify_cmd, "verify")
 cli.add_command(bench_cmd, "bench")
 cli.add_command(tune_cmd, "tune")
+
+
+if __name__ == "__main__":
+    cli()

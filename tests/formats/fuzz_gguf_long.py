@@ -21,30 +21,12 @@ with atheris.instrument_imports():
     from dasllama.core.llm.tokenizer import TokenizerError
     from dasllama.formats.gguf import GGUFError, open_gguf
 
-import gguf  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tests import gguf_factory  # noqa: E402
 from tests.gguf_mutants import seed_corpus  # noqa: E402
 
 OWN_ERRORS = (GGUFError, UnsupportedModel, TokenizerError)
-
-
-def tiny_vocab(path):
-    """A vocab-only GGUF of an SPM vocab: <unk> <s> </s>, the 256 byte tokens, a few words."""
-    words = ["\u2581the", "\u2581a", "he", "llo", "\u2581hello", "\u2581world"]
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + words
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(words))])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(words))
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.close()
-    return path
 
 
 def load_metadata(path):
@@ -61,7 +43,7 @@ def main():
     corpus = out / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)
     seeds = seed_corpus(out)
-    vocab = tiny_vocab(out / "ggml-vocab-tiny.gguf")
+    vocab = gguf_factory.write_tiny_vocab(out / "ggml-vocab-tiny.gguf")
     for arch in ("llama", "qwen3", "phi3"):
         model = gguf_factory.write_model(out / "models", arch, "Q8_0" if arch == "llama" else "F32",
                                          n_embd=32, n_ff=64, n_head=2, n_head_kv=1,
