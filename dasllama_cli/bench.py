@@ -27,7 +27,7 @@ from dasllama.core.asr.model import is_whisper_model
 from .bench_asr import bench_asr
 from .bench_output import render
 from .errors import USER_ERRORS
-from .options import THREADS, FiniteFloat
+from .options import THREADS, FiniteFloat, writable_file
 
 # llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
 FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
@@ -72,7 +72,7 @@ def int_list(ctx, param, value):
               help="File for the reference to load instead of -m (Whisper default: -m as a ggml .bin).")
 @click.option("--wait-idle", default=IDLE_WAIT_S, show_default=True, type=FiniteFloat(0),
               help="Before each sample, wait up to this many seconds for other processes to leave the CPUs.")
-@click.option("--receipt", "receipt_path", type=click.Path(dir_okay=False, writable=True),
+@click.option("--receipt", "receipt_path", type=click.Path(dir_okay=False, writable=True), callback=writable_file,
               help="Write the results with the receipt (commands, versions, sha256 of inputs, hardware) as JSON.")
 @click.option("-l", "--language", default=None,
               help="Whisper: spoken language for both engines (default: detect; English-only models: en).")

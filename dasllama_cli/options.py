@@ -27,3 +27,18 @@ def max_threads():
 
 
 THREADS = click.IntRange(1, max_threads())
+
+
+def writable_file(ctx, param, value):
+    """A callback for an output path: refuse one that cannot be written before any work,
+    not after a run of minutes."""
+    if value is None:
+        return value
+    parent = os.path.dirname(os.path.abspath(value)) or "."
+    if os.path.isdir(value):
+        raise click.BadParameter(f"{value} is a directory; give a file name.")
+    if not os.path.isdir(parent):
+        raise click.BadParameter(f"the directory {parent} does not exist; create it first.")
+    if not os.access(parent, os.W_OK) or (os.path.exists(value) and not os.access(value, os.W_OK)):
+        raise click.BadParameter(f"{value} cannot be written (permission denied).")
+    return value

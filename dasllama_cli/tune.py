@@ -34,6 +34,8 @@ def tune_cmd(model_path, budget, threads, show, reset, force, no_warm):
     """Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)."""
     if reset:
         path = sidecar.sidecar_path()
+        if path.is_dir():
+            raise click.ClickException(f"{path} is a directory, not a tune sidecar: remove it yourself.")
         if path.exists():
             path.unlink()
             click.echo(f"tune: removed {path}", err=True)

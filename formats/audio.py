@@ -22,6 +22,8 @@ def load(source, sample_rate=SAMPLE_RATE, name=None):
     name = name or (str(source) if isinstance(source, (str, Path)) else "<stdin>")
     if isinstance(source, (str, Path)):
         path = Path(source)
+        if path.is_dir():
+            raise AudioError(f"{name} is a directory, not an audio file.")
         if not path.is_file():
             raise AudioError(f"{name}: no such file.")
         if path.stat().st_size == 0:

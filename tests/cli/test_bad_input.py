@@ -399,3 +399,22 @@ def test_verify_names_a_bad_model_before_looking_for_llama_cpp(tmp_path):
     empty = tmp_path / "empty.gguf"
     empty.write_bytes(b"")
     refused(run("verify", "-m", empty, env={"PATH": "/nonexistent"}), "is empty", code=2)
+
+
+# --- found beyond the list ------------------------------------------------------------
+
+def test_bench_receipt_in_a_missing_directory_is_refused_before_the_run(tmp_path):
+    refused(run("bench", "--receipt", tmp_path / "no" / "r.json"), "does not exist", code=2)
+
+
+def test_tune_reset_with_a_directory_for_a_sidecar(tmp_path):
+    (tmp_path / "tune.json").mkdir()
+    refused(run("tune", "--reset", env={"DASLLAMA_CONFIG": str(tmp_path)}), "is a directory")
+
+
+def test_a_directory_given_as_audio(tmp_path, whisper_model):
+    refused(run("transcribe", "-m", whisper_model, "-q", tmp_path), "is a directory, not an audio file")
+
+
+def test_a_prompt_argument_that_is_not_utf8(model):
+    refused(run("generate", "-m", model, "caf\udce9"), "not valid UTF-8", "--encoding")
