@@ -418,3 +418,13 @@ def test_a_directory_given_as_audio(tmp_path, whisper_model):
 
 def test_a_prompt_argument_that_is_not_utf8(model):
     refused(run("generate", "-m", model, "caf\udce9"), "not valid UTF-8", "--encoding")
+
+
+@pytest.mark.parametrize("kv, words", [
+    (gguf_string("general.architecture") + struct.pack("<II", gguf.GGUFValueType.UINT32, 7), "a number"),
+    (b"", "names no general.architecture"),
+])
+def test_an_architecture_that_is_missing_or_not_a_name(tmp_path, kv, words):
+    path = tmp_path / "arch.gguf"
+    path.write_bytes(gguf_header(0, 1 if kv else 0) + kv + b"\0" * 32)
+    refused(run("generate", "-m", path, "hi"), words)
