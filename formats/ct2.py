@@ -4,6 +4,7 @@ Layout (little-endian): u32 version, string spec name, u32 spec revision, u32 va
 then per variable: name, u8 ndim, u32 dims, u8 dtype, u32 byte count, data; then u32 alias
 count and (alias, target) name pairs. A string is a u16 length (counting its NUL) + bytes.
 """
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,8 +114,10 @@ def read(path):
             raise CT2Error(f"{path}: variable {name} has {nbytes} bytes, not a whole number of "
                            f"{DTYPE_NAMES[dtype]} values; the file is corrupt.")
         arr = buf[start:start + nbytes].view(DTYPES[dtype])
-        if arr.size != int(np.prod(shape, dtype=np.int64)):
-            raise CT2Error(f"{path}: variable {name} has {arr.size} values for shape {shape}.")
+        if arr.size != math.prod(shape) or (arr.size == 0 and any(shape)):
+            # (an empty variable with a huge dimension beside its zero: numpy refuses the shape)
+            raise CT2Error(f"{path}: variable {name} has {arr.size} values for shape {shape}; "
+                           "the file is corrupt.")
         model.variables[name] = arr.reshape(shape)
     if version >= 5 and cur.pos < len(buf):
         (n_alias,) = cur.unpack("<I")

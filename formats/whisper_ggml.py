@@ -6,6 +6,7 @@ ftype; mel filters (n_mel, n_fft, then n_mel*n_fft f32); the BPE vocabulary (cou
 token its length and bytes); then tensors until the end: n_dims, name length, ggml type,
 ne[0..n_dims) (ne0 is the contiguous length), name, data.
 """
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -141,7 +142,7 @@ def _tensor(cur, name, qtype, ne):
         raise GGMLError(f"{cur.path}: tensor {name} has unknown ggml type {qtype}.") from None
     if ne[0] % block:
         raise GGMLError(f"{cur.path}: tensor {name} rows of {ne[0]} are not whole blocks.")
-    n_rows = int(np.prod(ne[1:], dtype=np.int64))
+    n_rows = math.prod(ne[1:])
     row_bytes = ne[0] // block * block_bytes
     start = cur.take(n_rows * row_bytes)
     raw = cur.buf[start:cur.pos]
