@@ -69,8 +69,8 @@ def _diagnose(path, head):
         return (f"{path} is an HTML page, not a model: the download saved a web page (a login "
                 "or error page); download the file itself.")
     if head[:4] == b"GGUF":
-        return (f"{path} is a GGUF file (a language model: run it with `dasllama generate`), "
-                "not a CTranslate2 model.bin.")
+        return (f"{path} is a GGUF file, not a CTranslate2 model.bin: a GGUF language model runs with "
+                "`dasllama generate`.")
     if head[:4] in (b"lmgg", b"tjgg"):
         return f"{path} is a ggml file, not a CTranslate2 model.bin: pass it as -m itself."
     return f"{path} is not a CTranslate2 model.bin (unexpected header)."

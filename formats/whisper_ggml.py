@@ -56,8 +56,8 @@ def _diagnose(path, head):
         return (f"{path} is an HTML page, not a model: the download saved a web page (a login "
                 "or error page); download the file itself.")
     if head.startswith(b"GGUF"):
-        return (f"{path} is a GGUF file (a language model: run it with `dasllama generate`), "
-                "not a whisper.cpp ggml .bin.")
+        return (f"{path} is a GGUF file, not a whisper.cpp ggml .bin: a GGUF language model runs with "
+                "`dasllama generate`.")
     if head.startswith(b"PK"):
         return f"{path} is a zip archive (a PyTorch checkpoint?), not a whisper.cpp ggml .bin."
     if head[:4] == MAGIC.to_bytes(4, "little"):

@@ -336,7 +336,7 @@ def test_transcribe_truncated_ct2(tmp_path, whisper_model):
 def test_a_gguf_llm_given_to_transcribe(model, tmp_path):
     clip = tmp_path / "a.wav"
     soundfile.write(clip, np.zeros(16000, np.float32), 16000)
-    refused(run("transcribe", "-m", model, clip), "GGUF file", "dasllama generate")
+    refused(run("transcribe", "-m", model, clip), "GGUF file, not a whisper.cpp", "dasllama generate")
 
 
 def test_a_whisper_model_given_to_generate(whisper_bin, whisper_model):
