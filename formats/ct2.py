@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import shown
+
 DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 DTYPE_NAMES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "float16", 5: "bfloat16"}
 
@@ -107,16 +109,16 @@ def read(path):
         (dtype,) = cur.unpack("<B")
         (nbytes,) = cur.unpack("<I")
         if dtype not in DTYPES:
-            raise CT2Error(f"{path}: variable {name} has dtype "
+            raise CT2Error(f"{path}: variable {shown(name)} has dtype "
                            f"{DTYPE_NAMES.get(dtype, dtype)}, which dasllama does not read.")
         start = cur.take(nbytes)
         if nbytes % np.dtype(DTYPES[dtype]).itemsize:
-            raise CT2Error(f"{path}: variable {name} has {nbytes} bytes, not a whole number of "
+            raise CT2Error(f"{path}: variable {shown(name)} has {nbytes} bytes, not a whole number of "
                            f"{DTYPE_NAMES[dtype]} values; the file is corrupt.")
         arr = buf[start:start + nbytes].view(DTYPES[dtype])
         if arr.size != math.prod(shape) or (arr.size == 0 and any(shape)):
             # (an empty variable with a huge dimension beside its zero: numpy refuses the shape)
-            raise CT2Error(f"{path}: variable {name} has {arr.size} values for shape {shape}; "
+            raise CT2Error(f"{path}: variable {shown(name)} has {arr.size} values for shape {shape}; "
                            "the file is corrupt.")
         model.variables[name] = arr.reshape(shape)
     if version >= 5 and cur.pos < len(buf):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
+from . import shown
 from .whisper_ggml import is_whisper_ggml
 
 SUPPORTED_VERSIONS = (2, 3)
@@ -205,13 +206,6 @@ class _Cursor:
         return out
 
 
-def _shown(name, limit=60):
-    """A name from the file as an error may quote it: printable and short (it may be garbage)."""
-    text = name if name.isprintable() else repr(name)[1:-1]
-    text = text if len(text) <= limit else text[:limit] + "..."
-    return f"'{text}'"
-
-
 def _alignment(path, metadata):
     """general.alignment, which llama.cpp requires to be a power of two."""
     value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
@@ -258,7 +252,7 @@ def open_gguf(path):
         try:
             vtype = GGUFValueType(cur.scalar("<I"))
         except ValueError:
-            raise GGUFError(f"{path}: metadata key {_shown(key)} has an unknown value type; "
+            raise GGUFError(f"{path}: metadata key {shown(key)} has an unknown value type; "
                             "the file is corrupt.") from None
         metadata[key] = cur.value(vtype)
 
@@ -267,7 +261,7 @@ def open_gguf(path):
         name = cur.string()
         n_dims = cur.scalar("<I")
         if n_dims > 4:
-            raise GGUFError(f"{path}: tensor {_shown(name)} claims {n_dims} dimensions; the file is corrupt.")
+            raise GGUFError(f"{path}: tensor {shown(name)} claims {n_dims} dimensions; the file is corrupt.")
         shape = tuple(cur.scalar("<Q") for _ in range(n_dims))
         qtype = cur.scalar("<I")
         rel = cur.scalar("<Q")
@@ -280,25 +274,25 @@ def open_gguf(path):
         try:
             GGMLQuantizationType(qtype)
         except ValueError:
-            raise GGUFError(f"{path}: tensor {_shown(name)} has quant type id {qtype}, unknown to this "
+            raise GGUFError(f"{path}: tensor {shown(name)} has quant type id {qtype}, unknown to this "
                             "version of dasllama and gguf; upgrade both, or requantize the model.") from None
         if GGMLQuantizationType(qtype) not in GGML_QUANT_SIZES:
-            raise GGUFError(f"{path}: tensor {_shown(name)} has the retired quant type "
+            raise GGUFError(f"{path}: tensor {shown(name)} has the retired quant type "
                             f"{GGMLQuantizationType(qtype).name}; requantize the model with a current llama.cpp.")
         block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
         n_elem = 1
         for d in shape:
             n_elem *= d
         if shape and shape[0] % block:
-            raise GGUFError(f"{path}: tensor {_shown(name)} rows of {shape[0]} are not a whole number "
+            raise GGUFError(f"{path}: tensor {shown(name)} rows of {shape[0]} are not a whole number "
                             f"of {GGMLQuantizationType(qtype).name} blocks; the file is corrupt.")
         nbytes = n_elem // block * type_size
         offset = data_start + rel
         if rel % alignment:
-            raise GGUFError(f"{path} is corrupt: tensor {_shown(name)} starts at offset {rel}, not a "
+            raise GGUFError(f"{path} is corrupt: tensor {shown(name)} starts at offset {rel}, not a "
                             f"multiple of the file's alignment {alignment}.")
         if offset + nbytes > size:
-            raise GGUFError(f"{path} is truncated or corrupt: tensor {_shown(name)} lies outside the file "
+            raise GGUFError(f"{path} is truncated or corrupt: tensor {shown(name)} lies outside the file "
                             f"(ends at byte {offset + nbytes}, file has {size}); download it again.")
         tensors[name] = TensorInfo(name, qtype, shape, offset, nbytes)
 

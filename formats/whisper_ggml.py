@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from . import shown
+
 MAGIC = 0x67676D6C
 HPARAMS = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
            "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer", "n_mels", "ftype")
@@ -139,9 +141,11 @@ def _tensor(cur, name, qtype, ne):
     try:
         block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
     except (ValueError, KeyError):
-        raise GGMLError(f"{cur.path}: tensor {name} has unknown ggml type {qtype}.") from None
+        raise GGMLError(f"{cur.path}: tensor {shown(name)} has unknown ggml type {qtype}; the "
+                        "file is corrupt or newer than dasllama.") from None
     if ne[0] % block:
-        raise GGMLError(f"{cur.path}: tensor {name} rows of {ne[0]} are not whole blocks.")
+        raise GGMLError(f"{cur.path}: tensor {shown(name)} rows of {ne[0]} are not whole blocks; "
+                        "the file is corrupt.")
     n_rows = math.prod(ne[1:])
     row_bytes = ne[0] // block * block_bytes
     start = cur.take(n_rows * row_bytes)

@@ -24,7 +24,7 @@ from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 from threadpoolctl import ThreadpoolController
 
-from dasllama.formats import ct2, whisper_ggml
+from dasllama.formats import ct2, shown, whisper_ggml
 from dasllama.kernels.speech.attend import bias_f16_bits
 from dasllama.kernels.speech.decoder_step import decoder_layers
 from dasllama.kernels.speech.encoder_ops import (
@@ -239,6 +239,15 @@ def is_whisper_model(path):
     return head == b"lmgg" or path.name == "model.bin"
 
 
+def _checked(tokenizer, path):
+    """A byte-level BPE vocab holds every single byte; without them text cannot be spelled."""
+    missing = sum(bytes([b]) not in tokenizer.ranks for b in range(256))
+    if missing:
+        raise WhisperModelError(f"{path}: the vocabulary lacks {missing} of the 256 byte tokens "
+                                "every Whisper vocabulary has; the file is corrupt or not Whisper.")
+    return tokenizer
+
+
 class WhisperModel:
     """A loaded Whisper model: hyper-parameters, tokenizer, mel filters and weights."""
 
@@ -290,7 +299,7 @@ class WhisperModel:
     def _load_ct2(self, directory):
         m = ct2.read(directory)
         if m.spec != "WhisperSpec":
-            raise WhisperModelError(f"{directory} holds a CTranslate2 {m.spec or 'model'}, "
+            raise WhisperModelError(f"{directory} holds a CTranslate2 {shown(m.spec) if m.spec else 'model'}, "
                                     f"not a Whisper model.")
         self.hparams = hp = WhisperHParams.from_ct2(m)
         vocab_file = directory / "vocabulary.txt"
@@ -302,7 +311,8 @@ class WhisperModel:
         except UnicodeDecodeError as e:
             raise WhisperModelError(f"{vocab_file} is not UTF-8 text (byte offset {e.start}); "
                                     "it is not a faster-whisper vocabulary.") from None
-        self.tokenizer = WhisperTokenizer(tokens_from_gpt2_strings(lines), hp.n_vocab)
+        self.tokenizer = _checked(WhisperTokenizer(tokens_from_gpt2_strings(lines), hp.n_vocab),
+                                  vocab_file)
         self.filters = mel_filters(hp.n_mels)
         self.tensors = dict(ct2_tensors(m, hp))
         self.suppress_ids, self.blank_ids = self._suppression(directory / "config.json")
@@ -311,7 +321,7 @@ class WhisperModel:
     def _load_ggml(self, path):
         g = whisper_ggml.read(path)
         self.hparams = hp = WhisperHParams.from_ggml(g.hparams)
-        self.tokenizer = WhisperTokenizer(g.tokens, hp.n_vocab)
+        self.tokenizer = _checked(WhisperTokenizer(g.tokens, hp.n_vocab), path)
         self.filters = np.asarray(g.mel_filters, np.float32)
         self.tensors = {name: t for name, t in g.tensors.items()}
         self.suppress_ids, self.blank_ids = self._suppression(None)
