@@ -428,3 +428,13 @@ def test_an_architecture_that_is_missing_or_not_a_name(tmp_path, kv, words):
     path = tmp_path / "arch.gguf"
     path.write_bytes(gguf_header(0, 1 if kv else 0) + kv + b"\0" * 32)
     refused(run("generate", "-m", path, "hi"), words)
+
+
+def test_a_whisper_bin_without_the_byte_tokens(tmp_path):
+    from dasllama.formats import whisper_ggml
+    from tests.formats.test_fuzz_whisper import HPARAMS
+    path = whisper_ggml.write(tmp_path / "ggml-tiny.bin", HPARAMS, np.zeros((80, 201), np.float32),
+                              [b"a", b"bc"], [("x.weight", np.ones((4, 8), np.float16))])
+    clip = tmp_path / "a.wav"
+    soundfile.write(clip, np.zeros(16000, np.float32), 16000)
+    refused(run("transcribe", "-m", path, clip), "lacks 255 of the 256 byte tokens")
