@@ -16,6 +16,7 @@ from dasllama.core.asr.model import is_whisper_model
 from .bench_asr import bench_asr
 from .bench_output import render
 from .errors import USER_ERRORS
+from .options import THREADS, FiniteFloat, writable_file
 
 # llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
 FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
@@ -47,7 +48,7 @@ def int_list(ctx, param, value):
               help="Generated tokens of the tg tests (comma-separated list; 0: none).")
 @click.option("-r", "--repetitions", default=5, show_default=True, type=click.IntRange(1),
               help="Samples per test.")
-@click.option("-t", "--threads", type=int, default=None,
+@click.option("-t", "--threads", type=THREADS, default=None,
               help="Threads for both engines (default: the physical cores, as llama-bench).")
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "json", "csv", "jsonl"]), default="md",
               show_default=True, help="Output format.")
@@ -58,9 +59,9 @@ def int_list(ctx, param, value):
               help="Dir with llama-bench (default: PATH, then dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
               help="File for the reference to load instead of -m (Whisper default: -m as a ggml .bin).")
-@click.option("--wait-idle", default=IDLE_WAIT_S, show_default=True, type=click.FloatRange(0),
+@click.option("--wait-idle", default=IDLE_WAIT_S, show_default=True, type=FiniteFloat(0),
               help="Before each sample, wait up to this many seconds for other processes to leave the CPUs.")
-@click.option("--receipt", "receipt_path", type=click.Path(dir_okay=False, writable=True),
+@click.option("--receipt", "receipt_path", type=click.Path(dir_okay=False, writable=True), callback=writable_file,
               help="Write the results with the receipt (commands, versions, sha256 of inputs, hardware) as JSON.")
 @click.option("-l", "--language", default=None,
               help="Whisper: spoken language for both engines (default: detect; English-only models: en).")
@@ -89,12 +90,12 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         raise click.UsageError("nothing to measure: give -p or -n a count above 0.")
     reference = None
     try:
-        if ref:
-            reference = find_reference(ref_bin)
-            reference.tool("llama-bench")
         # batches of 512 as llama-bench's ubatches: a pp1024 runs as two
         model = load(model_path, n_threads=threads or physical_cores(),
                      n_ctx=max(512, max(t.n_prompt + t.n_gen for t in tests)), n_batch=512)
+        if ref:
+            reference = find_reference(ref_bin)
+            reference.tool("llama-bench")
     except (ReferenceError, *USER_ERRORS) as e:
         raise click.ClickException(str(e)) from None
     hardware = probe_hardware()

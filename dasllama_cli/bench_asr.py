@@ -24,10 +24,10 @@ def bench_asr(model_path, audio, repetitions, threads, fmt, ref, ref_model, wait
               receipt_path, language, task, timestamps, hardware, build):
     opts = greedy_options(language, task, timestamps)
     try:
-        if ref:
-            check_available()
         clips = load_clips(audio)
         model = WhisperModel(model_path or default_model_path(), n_threads=threads)
+        if ref:
+            check_available()
         told = check_language(model.tokenizer, opts)
         ref_path = reference_model(model, ref_model, "bench") if ref else None
         reference = WhisperCpp(ref_path, model.n_threads) if ref else None

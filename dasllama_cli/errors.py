@@ -6,9 +6,11 @@ import click
 from dasllama.core import ContextFull, ModelNotFound
 from dasllama.core.llm.chat import ChatTemplateError
 from dasllama.core.llm.families import UnsupportedModel
+from dasllama.core.llm.tokenizer import TokenizerError
 from dasllama.formats.gguf import GGUFError
 
-USER_ERRORS = (GGUFError, UnsupportedModel, ModelNotFound, ContextFull, ChatTemplateError)
+USER_ERRORS = (GGUFError, UnsupportedModel, ModelNotFound, ContextFull, ChatTemplateError,
+               TokenizerError)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
 """`dasllama transcribe`: speech to text with Whisper (whisper.cpp .bin or faster-whisper dir)."""
+import os
 import sys
 import time
 from pathlib import Path
@@ -9,6 +10,11 @@ from dasllama.core.asr.model import WhisperModel, WhisperModelError, default_mod
 from dasllama.core.asr.decode import DecodeOptions, TranscribeError, check_language, transcribe
 from dasllama.core.asr.writers import FORMATS, RENDER
 from dasllama.formats.audio import SAMPLE_RATE, AudioError, load
+
+from .options import THREADS
+
+MIN_SECONDS = 1.0
+
 
 def read_audio(name):
     if name == "-":
@@ -30,7 +36,7 @@ def read_audio(name):
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
               show_default=True, help="translate: English text from any language.")
 @click.option("-nt", "--no-timestamps", is_flag=True, help="Decode without timestamp tokens.")
-@click.option("-t", "--threads", type=int, default=None, help="Threads (default: all cores).")
+@click.option("-t", "--threads", type=THREADS, default=None, help="Threads (default: all cores).")
 @click.option("-q", "--quiet", is_flag=True, help="No timings or progress on stderr.")
 def transcribe_cmd(audio, model_path, fmt, output_dir, language, task, no_timestamps, threads,
                    quiet):
@@ -54,7 +60,11 @@ def transcribe_cmd(audio, model_path, fmt, output_dir, language, task, no_timest
         click.echo(f"model {model.path} ({model.size_name}, {model.format}) loaded in "
                    f"{model.load_s:.2f} s", err=True)
     if output_dir:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise click.ClickException(f"cannot create the output directory {output_dir} "
+                                       f"({e.strerror or e}): choose another -o.") from None
     failed = 0
     for name in audio:
         try:
@@ -66,7 +76,7 @@ def transcribe_cmd(audio, model_path, fmt, output_dir, language, task, no_timest
         if output_dir:
             stem = "stdin" if name == "-" else Path(name).stem
             target = Path(output_dir) / f"{stem}.{fmt}"
-            target.write_text(text, encoding="utf-8")
+            write_whole(target, text)
             if not quiet:
                 click.echo(f"wrote {target}", err=True)
         else:
@@ -76,9 +86,35 @@ def transcribe_cmd(audio, model_path, fmt, output_dir, language, task, no_timest
         raise click.exceptions.Exit(1)
 
 
+def write_whole(target, text):
+    """Write under a temporary name and rename: a Ctrl-C or a full disk leaves the old file
+    or none, never half a transcript."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    except OSError as e:
+        raise click.ClickException(f"cannot write {target} ({e.strerror or e}): choose another "
+                                   "-o.") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def warn_short(name, duration):
+    """An empty transcript of a clip with nothing to hear says so, so silence is told from
+    broken input (shown with -q too: it is about the input, not progress)."""
+    if duration == 0:
+        click.echo(f"dasllama: warning: {name} holds no audio samples, so its transcript is "
+                   "empty.", err=True)
+    elif duration < MIN_SECONDS:
+        click.echo(f"dasllama: warning: {name} is only {duration:.2f} s long; Whisper needs "
+                   "about a second of speech, so expect an empty transcript.", err=True)
+
+
 def transcribe_one(model, name, opts, fmt, quiet):
     samples = read_audio(name)
     duration = len(samples) / SAMPLE_RATE
+    warn_short(name, duration)
     bar = None
     if not quiet and duration > 30 and sys.stderr.isatty():
         from tqdm import tqdm

@@ -9,19 +9,20 @@ from tqdm import tqdm
 from dasllama import kernels
 from dasllama.core import default_model_path
 from dasllama.core.runtime.threads import DECODE_LAYERS, prefer_threading_layers
-from dasllama.formats.gguf import open_gguf
+from dasllama.core.llm.model import open_runnable
 from dasllama.kernels import sidecar
 from dasllama.kernels.tune import Noisy, in_force, model_shapes, tune
 
 from .errors import USER_ERRORS
+from .options import THREADS, FiniteFloat
 
 
 @click.command()
 @click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
               help="GGUF model to tune for: its weight formats and shapes (default: the installed default model).")
-@click.option("--budget", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True),
+@click.option("--budget", default=60.0, show_default=True, type=FiniteFloat(0, min_open=True),
               help="Seconds of timing races; compiling the variants comes on top.")
-@click.option("-t", "--threads", type=click.IntRange(1), default=None,
+@click.option("-t", "--threads", type=THREADS, default=None,
               help="Threads to race with (default: numba's, as generation uses).")
 @click.option("--show", is_flag=True, help="Print the variant in force for each weight type and why, and exit.")
 @click.option("--reset", is_flag=True, help="Delete this machine's tuning sidecar (then tune, if -m is given).")
@@ -33,6 +34,8 @@ def tune_cmd(model_path, budget, threads, show, reset, force, no_warm):
     """Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)."""
     if reset:
         path = sidecar.sidecar_path()
+        if path.is_dir():
+            raise click.ClickException(f"{path} is a directory, not a tune sidecar: remove it yourself.")
         if path.exists():
             path.unlink()
             click.echo(f"tune: removed {path}", err=True)
@@ -45,7 +48,7 @@ def tune_cmd(model_path, budget, threads, show, reset, force, no_warm):
         return
     path = model_path or _default_model()
     try:
-        shapes = model_shapes(open_gguf(path))
+        shapes = model_shapes(open_runnable(path))
     except USER_ERRORS as e:
         raise click.ClickException(str(e)) from None
     if not shapes:
@@ -82,7 +85,7 @@ def _default_model():
 
 def model_qtypes(path):
     try:
-        return {s.qtype for s in model_shapes(open_gguf(path))}
+        return {s.qtype for s in model_shapes(open_runnable(path))}
     except USER_ERRORS as e:
         raise click.ClickException(str(e)) from None
 

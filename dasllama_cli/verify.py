@@ -14,6 +14,7 @@ from dasllama.core.tools.verify_llm import (DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP
 from dasllama.core.asr.model import is_whisper_model
 
 from .errors import USER_ERRORS
+from .options import THREADS, FiniteFloat
 from .verify_asr import verify_asr
 
 DEFAULT_PROMPTS = ("The capital of France is", "Once upon a time,", "def fibonacci(n):")
@@ -34,7 +35,8 @@ class SetupError(click.ClickException):
                    "greedy on both sides; implied when -m is a Whisper model.")
 @click.option("-p", "--prompt", "prompts", multiple=True,
               help="Prompt to decode greedily; repeat for several (default: three short ones).")
-@click.option("-n", "--n-predict", default=64, show_default=True, help="Tokens to generate per prompt.")
+@click.option("-n", "--n-predict", default=64, show_default=True, type=click.IntRange(1),
+              help="Tokens to generate per prompt.")
 @click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp"]), default=None,
               help="Reference engine (default: llama.cpp; whisper.cpp with --asr).")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
@@ -42,12 +44,14 @@ class SetupError(click.ClickException):
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
               help="File for the reference to load instead of -m (e.g. the source of a requantized "
                    "file; with --asr a whisper.cpp .bin, default: -m converted to one).")
-@click.option("-t", "--threads", type=int, default=None, help="Threads for both engines (default: all cores).")
-@click.option("-c", "--ctx-size", default=4096, show_default=True, help="Context size for both engines.")
-@click.option("--tie-gap", default=DEFAULT_TIE_GAP, show_default=True,
+@click.option("-t", "--threads", type=THREADS, default=None, help="Threads for both engines (default: all cores).")
+@click.option("-c", "--ctx-size", default=4096, show_default=True, type=click.IntRange(1),
+              help="Context size for both engines.")
+@click.option("--tie-gap", default=DEFAULT_TIE_GAP, show_default=True, type=FiniteFloat(0),
               help="A flip is a near-tie when the two engines' margins between the two tokens "
                    "add up to no more than this (logits).")
 @click.option("--drift-bound", default=DEFAULT_DRIFT_BOUND, show_default=True,
+              type=FiniteFloat(0, min_open=True),
               help="Drift past this (relative to a tensor's RMS) names the layer where the engines part.")
 @click.option("--layers/--no-layers", default=None,
               help="Compare per-layer activations always / never (default: when tokens differ).")
@@ -80,8 +84,8 @@ def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_mod
         raise click.UsageError("-n must be at least 1.")
     prompts = prompts or DEFAULT_PROMPTS
     try:
-        reference = find_reference(ref_bin)
         model = load(model_path, n_ctx=ctx_size, n_threads=threads)
+        reference = find_reference(ref_bin)
     except (ReferenceError, *USER_ERRORS) as e:
         raise SetupError(str(e)) from None
     ref_path = os.path.abspath(ref_model or model.path)

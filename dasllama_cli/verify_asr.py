@@ -37,9 +37,9 @@ def verify_asr(setup_error, model_path, audio, ref_model, threads, language, tas
                tie_gap, strict, as_json):
     opts = greedy_options(language, task, timestamps)
     try:
-        check_available()
         clips = load_clips(audio)
         model = WhisperModel(model_path or default_model_path(), n_threads=threads)
+        check_available()
         check_language(model.tokenizer, opts)
         ref_path = reference_model(model, ref_model)
         click.echo(f"verify: {model.path} against whisper.cpp (pywhispercpp) on {ref_path}, "

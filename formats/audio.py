@@ -22,6 +22,8 @@ def load(source, sample_rate=SAMPLE_RATE, name=None):
     name = name or (str(source) if isinstance(source, (str, Path)) else "<stdin>")
     if isinstance(source, (str, Path)):
         path = Path(source)
+        if path.is_dir():
+            raise AudioError(f"{name} is a directory, not an audio file.")
         if not path.is_file():
             raise AudioError(f"{name}: no such file.")
         if path.stat().st_size == 0:
@@ -34,10 +36,16 @@ def load(source, sample_rate=SAMPLE_RATE, name=None):
         stream = io.BytesIO(data)
     try:
         with soundfile.SoundFile(stream) as f:
-            return _read_mono(f, sample_rate)
+            samples = _read_mono(f, sample_rate)
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
         raise AudioError(f"{name}: cannot decode this audio ({_reason(e)}); dasllama reads "
                          f"wav, flac, ogg and mp3.") from None
+    except OSError as e:
+        raise AudioError(f"{name}: cannot read this file ({e.strerror or e}).") from None
+    if not np.isfinite(samples).all():
+        raise AudioError(f"{name}: the audio holds NaN or infinite samples (a float file written "
+                         "wrong?), so it cannot be transcribed; re-export it.")
+    return samples
 
 
 def _read_mono(f, sample_rate, block=1 << 16):

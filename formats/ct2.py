@@ -4,11 +4,14 @@ Layout (little-endian): u32 version, string spec name, u32 spec revision, u32 va
 then per variable: name, u8 ndim, u32 dims, u8 dtype, u32 byte count, data; then u32 alias
 count and (alias, target) name pairs. A string is a u16 length (counting its NUL) + bytes.
 """
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from . import shown
 
 DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 DTYPE_NAMES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "float16", 5: "bfloat16"}
@@ -28,7 +31,11 @@ class CT2Model:
     aliases: dict = field(default_factory=dict)     # alias name -> target name
 
     def __getitem__(self, name):
-        return self.variables[self.aliases.get(name, name)]
+        found = self.variables.get(self.aliases.get(name, name))
+        if found is None:
+            raise CT2Error(f"{self.path} lacks the variable {name} that a {self.spec or 'model'} "
+                           "has; the file is incomplete or from another converter.")
+        return found
 
     def __contains__(self, name):
         return self.aliases.get(name, name) in self.variables
@@ -57,10 +64,17 @@ class _Cursor:
 
 
 def _diagnose(path, head):
-    if head.startswith(b"version https://git-lfs"):
+    text = head.lstrip().lower()
+    if text.startswith(b"version https://git-lfs"):
         return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
-    if head[:4] in (b"lmgg", b"ggjt", b"GGUF"):
-        return f"{path} is a ggml/GGUF file, not a CTranslate2 model.bin."
+    if text.startswith((b"<!doctype html", b"<html")):
+        return (f"{path} is an HTML page, not a model: the download saved a web page (a login "
+                "or error page); download the file itself.")
+    if head[:4] == b"GGUF":
+        return (f"{path} is a GGUF file, not a CTranslate2 model.bin: a GGUF language model runs with "
+                "`dasllama generate`.")
+    if head[:4] in (b"lmgg", b"tjgg"):
+        return f"{path} is a ggml file, not a CTranslate2 model.bin: pass it as -m itself."
     return f"{path} is not a CTranslate2 model.bin (unexpected header)."
 
 
@@ -71,10 +85,16 @@ def read(path):
         path = path / "model.bin"
     if not path.is_file():
         raise CT2Error(f"{path}: no such file.")
-    buf = np.memmap(path, dtype=np.uint8, mode="r")
+    if path.stat().st_size == 0:
+        raise CT2Error(f"{path} is empty (0 bytes): download the model again.")
+    try:
+        buf = np.memmap(path, dtype=np.uint8, mode="r")
+    except OSError as e:
+        raise CT2Error(f"{path} cannot be read ({e.strerror or e}): check its permissions.") from None
     cur = _Cursor(buf, path)
     if len(buf) < 8:
-        raise CT2Error(f"{path} is too short to be a CTranslate2 model.")
+        raise CT2Error(f"{path} is too short ({len(buf)} bytes) to be a CTranslate2 model; "
+                       "download it again.")
     (version,) = cur.unpack("<I")
     if not 1 <= version <= 6:
         raise CT2Error(_diagnose(path, bytes(buf[:64])))
@@ -89,12 +109,17 @@ def read(path):
         (dtype,) = cur.unpack("<B")
         (nbytes,) = cur.unpack("<I")
         if dtype not in DTYPES:
-            raise CT2Error(f"{path}: variable {name} has dtype "
+            raise CT2Error(f"{path}: variable {shown(name)} has dtype "
                            f"{DTYPE_NAMES.get(dtype, dtype)}, which dasllama does not read.")
         start = cur.take(nbytes)
+        if nbytes % np.dtype(DTYPES[dtype]).itemsize:
+            raise CT2Error(f"{path}: variable {shown(name)} has {nbytes} bytes, not a whole number of "
+                           f"{DTYPE_NAMES[dtype]} values; the file is corrupt.")
         arr = buf[start:start + nbytes].view(DTYPES[dtype])
-        if arr.size != int(np.prod(shape, dtype=np.int64)):
-            raise CT2Error(f"{path}: variable {name} has {arr.size} values for shape {shape}.")
+        if arr.size != math.prod(shape) or (arr.size == 0 and any(shape)):
+            # (an empty variable with a huge dimension beside its zero: numpy refuses the shape)
+            raise CT2Error(f"{path}: variable {shown(name)} has {arr.size} values for shape {shape}; "
+                           "the file is corrupt.")
         model.variables[name] = arr.reshape(shape)
     if version >= 5 and cur.pos < len(buf):
         (n_alias,) = cur.unpack("<I")

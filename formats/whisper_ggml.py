@@ -6,6 +6,7 @@ ftype; mel filters (n_mel, n_fft, then n_mel*n_fft f32); the BPE vocabulary (cou
 token its length and bytes); then tensors until the end: n_dims, name length, ggml type,
 ne[0..n_dims) (ne0 is the contiguous length), name, data.
 """
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from . import shown
 
 MAGIC = 0x67676D6C
 HPARAMS = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
@@ -48,13 +51,30 @@ class WhisperGGML:
 
 
 def _diagnose(path, head):
-    if head.startswith(b"version https://git-lfs"):
+    text = head.lstrip().lower()
+    if text.startswith(b"version https://git-lfs"):
         return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
+    if text.startswith((b"<!doctype html", b"<html")):
+        return (f"{path} is an HTML page, not a model: the download saved a web page (a login "
+                "or error page); download the file itself.")
     if head.startswith(b"GGUF"):
-        return f"{path} is a GGUF file, not a whisper.cpp ggml .bin."
+        return (f"{path} is a GGUF file, not a whisper.cpp ggml .bin: a GGUF language model runs with "
+                "`dasllama generate`.")
     if head.startswith(b"PK"):
         return f"{path} is a zip archive (a PyTorch checkpoint?), not a whisper.cpp ggml .bin."
-    return f"{path} is not a whisper.cpp ggml model (bad magic)."
+    if head[:4] == MAGIC.to_bytes(4, "little"):
+        return (f"{path} is too short for a whisper.cpp model ({len(head)} bytes): it is "
+                "truncated; download it again.")
+    return f"{path} is not a whisper.cpp ggml model (it does not start with the ggml magic)."
+
+
+def is_whisper_ggml(head):
+    """Whether the first 64 bytes of a file are a whisper.cpp model's: the ggml magic, then
+    after the 11 hyper-parameters a mel filter table of 80 or 128 filters of 201 bins."""
+    if len(head) < 56 or head[:4] != MAGIC.to_bytes(4, "little"):
+        return False
+    n_mel, n_fft = struct.unpack_from("<2i", head, 48)
+    return n_mel in (80, 128) and n_fft == 201
 
 
 class _Cursor:
@@ -62,8 +82,11 @@ class _Cursor:
         self.buf, self.pos, self.path = buf, 0, path
 
     def take(self, n):
-        if n < 0 or self.pos + n > len(self.buf):
-            raise GGMLError(f"{self.path}: truncated whisper.cpp model at byte {self.pos}.")
+        if n < 0:
+            raise GGMLError(f"{self.path} is corrupt: a length of {n} at byte {self.pos}.")
+        if self.pos + n > len(self.buf):
+            raise GGMLError(f"{self.path} is truncated: the whisper.cpp model ends at byte "
+                            f"{len(self.buf)}, data runs on to byte {self.pos + n}; download it again.")
         start = self.pos
         self.pos += n
         return start
@@ -75,10 +98,17 @@ class _Cursor:
 def read(path):
     """Read a whisper.cpp ggml .bin; tensor data are views into one read-only memory map."""
     path = Path(path)
+    if path.is_dir():
+        raise GGMLError(f"{path} is a directory, not a whisper.cpp ggml .bin.")
     if not path.is_file():
         raise GGMLError(f"{path}: no such file.")
-    buf = np.memmap(path, dtype=np.uint8, mode="r")
-    if len(buf) < 48 or struct.unpack_from("<I", buf, 0)[0] != MAGIC:
+    if path.stat().st_size == 0:
+        raise GGMLError(f"{path} is empty (0 bytes): download the model again.")
+    try:
+        buf = np.memmap(path, dtype=np.uint8, mode="r")
+    except OSError as e:
+        raise GGMLError(f"{path} cannot be read ({e.strerror or e}): check its permissions.") from None
+    if len(buf) < 56 or struct.unpack_from("<I", buf, 0)[0] != MAGIC:
         raise GGMLError(_diagnose(path, bytes(buf[:64])))
     cur = _Cursor(buf, path)
     cur.take(4)
@@ -98,6 +128,9 @@ def read(path):
         if not 0 < n_dims <= 4:
             raise GGMLError(f"{path}: tensor with {n_dims} dims at byte {cur.pos}.")
         ne = cur.ints(n_dims)
+        if min(ne) < 1:
+            raise GGMLError(f"{path}: a tensor at byte {cur.pos} claims dimensions {ne}; the "
+                            "file is corrupt.")
         start = cur.take(name_len)
         name = bytes(buf[start:cur.pos]).decode("utf-8", "replace")
         model.tensors[name] = _tensor(cur, name, qtype, ne)
@@ -108,10 +141,12 @@ def _tensor(cur, name, qtype, ne):
     try:
         block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
     except (ValueError, KeyError):
-        raise GGMLError(f"{cur.path}: tensor {name} has unknown ggml type {qtype}.") from None
+        raise GGMLError(f"{cur.path}: tensor {shown(name)} has unknown ggml type {qtype}; the "
+                        "file is corrupt or newer than dasllama.") from None
     if ne[0] % block:
-        raise GGMLError(f"{cur.path}: tensor {name} rows of {ne[0]} are not whole blocks.")
-    n_rows = int(np.prod(ne[1:], dtype=np.int64))
+        raise GGMLError(f"{cur.path}: tensor {shown(name)} rows of {ne[0]} are not whole blocks; "
+                        "the file is corrupt.")
+    n_rows = math.prod(ne[1:])
     row_bytes = ne[0] // block * block_bytes
     start = cur.take(n_rows * row_bytes)
     raw = cur.buf[start:cur.pos]

@@ -116,10 +116,14 @@ def read(path=None, here=None):
     path = Path(path or sidecar_path())
     if not path.exists():
         return None, None
+    if path.is_dir():
+        return None, Refusal("unreadable", "it is a directory, not a file")
     try:
         doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        return None, Refusal("unreadable", f"{path} is not JSON ({e})")
+    except OSError as e:
+        return None, Refusal("unreadable", f"it cannot be read ({e.strerror or e})")
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, Refusal("unreadable", f"it is not JSON ({e})")
     refusal = validate(doc, here or machine())
     return (None, refusal) if refusal else (doc, None)
 
@@ -215,7 +219,7 @@ def _layers(pin_text, doc, features):
     if doc is None:
         doc, refusal = read()
         if refusal:
-            notes.append(f"tune sidecar {sidecar_path()} refused, {refusal}")
+            notes.append(f"tune sidecar {sidecar_path()} ignored: {refusal.detail}")
     if features is None:
         features = cpu.probe().features
     profile_class, profile = shipped_profile(features)

@@ -315,3 +315,21 @@ def _llama_quantize(src, dst, qtype):
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"llama-quantize {qtype} failed:\n{done.stdout[-2000:]}")
+
+
+def write_tiny_vocab(path):
+    """A vocab-only GGUF of a small SPM vocab (<unk> <s> </s>, the 256 byte tokens, a few
+    words), for models whose vocab must not dominate the file (fuzz seeds, bad-input tests)."""
+    words = ["\u2581the", "\u2581a", "he", "llo", "\u2581hello", "\u2581world"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + words
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(words))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(words))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return Path(path)

@@ -24,7 +24,7 @@ from gguf.constants import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 from threadpoolctl import ThreadpoolController
 
-from dasllama.formats import ct2, whisper_ggml
+from dasllama.formats import ct2, shown, whisper_ggml
 from dasllama.kernels.speech.attend import bias_f16_bits
 from dasllama.kernels.speech.decoder_step import decoder_layers
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
@@ -101,6 +101,20 @@ class WhisperHParams:
                    n_text_head=int(m["decoder/num_heads"]), n_text_layer=count("decoder"),
                    n_mels=n_mels)
 
+    def check(self, path):
+        """Sizes Whisper's graph divides and indexes by; anything else is a corrupt file."""
+        for name, value in vars(self).items():
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise WhisperModelError(f"{path}: the hyper-parameter {name} is {value!r}; the "
+                                        "file is corrupt.")
+        if self.n_audio_state % self.n_audio_head or self.n_text_state % self.n_text_head:
+            raise WhisperModelError(f"{path}: the attention widths do not divide over the heads; "
+                                    "the file is corrupt.")
+        if self.n_vocab < 51864 or self.n_mels not in (80, 128):
+            raise WhisperModelError(f"{path}: a vocabulary of {self.n_vocab} and {self.n_mels} mel "
+                                    "bins are not a Whisper model's; the file is corrupt or not "
+                                    "Whisper.")
+
     def as_ggml(self, ftype=1):
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "ftype": ftype}
 
@@ -163,8 +177,12 @@ def ct2_tensors(m, hp):
 def _is_ct2(path):
     if path.is_dir():
         return (path / "model.bin").is_file()
-    with open(path, "rb") as f:
-        head = f.read(4)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise WhisperModelError(f"{path} cannot be read ({e.strerror or e}): check its "
+                                "permissions.") from None
     return head != b"lmgg" and path.name == "model.bin"
 
 
@@ -180,6 +198,15 @@ def is_whisper_model(path):
     except OSError:
         return False
     return head == b"lmgg" or path.name == "model.bin"
+
+
+def _checked(tokenizer, path):
+    """A byte-level BPE vocab holds every single byte; without them text cannot be spelled."""
+    missing = sum(bytes([b]) not in tokenizer.ranks for b in range(256))
+    if missing:
+        raise WhisperModelError(f"{path}: the vocabulary lacks {missing} of the 256 byte tokens "
+                                "every Whisper vocabulary has; the file is corrupt or not Whisper.")
+    return tokenizer
 
 
 class WhisperModel:
@@ -209,10 +236,18 @@ class WhisperModel:
                 self._load_ct2(path if path.is_dir() else path.parent)
             else:
                 self._load_ggml(path)
+            self.hparams.check(path)
+            if weights:
+                self._build()
         except (ct2.CT2Error, whisper_ggml.GGMLError) as e:
             raise WhisperModelError(str(e)) from None
-        if weights:
-            self._build()
+        except WhisperModelError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
+            # a tensor whose shape contradicts the hyper-parameters (numpy says so first)
+            raise WhisperModelError(f"{path}: the model's tensors do not fit its "
+                                    f"hyper-parameters ({e}); the file is corrupt or from a "
+                                    "foreign converter.") from None
         self.load_s = time.perf_counter() - t0
 
     @property
@@ -225,15 +260,20 @@ class WhisperModel:
     def _load_ct2(self, directory):
         m = ct2.read(directory)
         if m.spec != "WhisperSpec":
-            raise WhisperModelError(f"{directory} holds a CTranslate2 {m.spec or 'model'}, "
+            raise WhisperModelError(f"{directory} holds a CTranslate2 {shown(m.spec) if m.spec else 'model'}, "
                                     f"not a Whisper model.")
         self.hparams = hp = WhisperHParams.from_ct2(m)
         vocab_file = directory / "vocabulary.txt"
         if not vocab_file.is_file():
             raise WhisperModelError(f"{directory} has no vocabulary.txt (a faster-whisper "
                                     f"model dir carries one beside model.bin).")
-        lines = vocab_file.read_text(encoding="utf-8").splitlines()
-        self.tokenizer = WhisperTokenizer(tokens_from_gpt2_strings(lines), hp.n_vocab)
+        try:
+            lines = vocab_file.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise WhisperModelError(f"{vocab_file} is not UTF-8 text (byte offset {e.start}); "
+                                    "it is not a faster-whisper vocabulary.") from None
+        self.tokenizer = _checked(WhisperTokenizer(tokens_from_gpt2_strings(lines), hp.n_vocab),
+                                  vocab_file)
         self.filters = mel_filters(hp.n_mels)
         self.tensors = dict(ct2_tensors(m, hp))
         self.suppress_ids, self.blank_ids = self._suppression(directory / "config.json")
@@ -242,7 +282,7 @@ class WhisperModel:
     def _load_ggml(self, path):
         g = whisper_ggml.read(path)
         self.hparams = hp = WhisperHParams.from_ggml(g.hparams)
-        self.tokenizer = WhisperTokenizer(g.tokens, hp.n_vocab)
+        self.tokenizer = _checked(WhisperTokenizer(g.tokens, hp.n_vocab), path)
         self.filters = np.asarray(g.mel_filters, np.float32)
         self.tensors = {name: t for name, t in g.tensors.items()}
         self.suppress_ids, self.blank_ids = self._suppression(None)
@@ -252,8 +292,12 @@ class WhisperModel:
     def _suppression(self, config_path):
         tok = self.tokenizer
         if config_path is not None and config_path.is_file():
-            cfg = json.loads(config_path.read_text())
-            if "suppress_ids" in cfg and "suppress_ids_begin" in cfg:
+            try:
+                cfg = json.loads(config_path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, ValueError) as e:
+                raise WhisperModelError(f"{config_path} is not JSON ({e}); repair or delete "
+                                        "it.") from None
+            if isinstance(cfg, dict) and "suppress_ids" in cfg and "suppress_ids_begin" in cfg:
                 return cfg["suppress_ids"], cfg["suppress_ids_begin"]
         return tok.suppress_ids(), tok.blank_ids()
 

@@ -5,14 +5,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dasllama.formats.gguf import open_gguf
+from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels import ops, sidecar, rowgroups
 from dasllama.kernels.quants import Q5_0, SUPPORTED as SUPPORTED_QTYPES, row_bytes
 
 from . import forward as fw
 from .families import family
-from .families.base import build_tables
-from .tokenizer import Tokenizer
+from .families.base import UnsupportedModel, build_tables, check_hparams
+from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
 from ..runtime.threads import (DECODE_LAYERS, prefer_threading_layers, ram_bytes, set_threads,
                                warn_slow_threading)
@@ -116,6 +116,43 @@ def weight_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
     return cbuf, ctab
 
 
+def describe(g, fam=None):
+    """(hparams, flags, tables) of an open GGUF from its metadata; values of the wrong type
+    or impossible size are a corrupt file, said in one sentence (UnsupportedModel)."""
+    fam = fam or family(g.architecture)
+    try:
+        hparams, flags = fam.describe(g)
+        check_hparams(g, hparams)
+        return hparams, flags, build_tables(g, hparams, flags, SUPPORTED_QTYPES)
+    except (GGUFError, UnsupportedModel):
+        raise
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+        raise UnsupportedModel(f"{g.path}: the model's hyper-parameters in the GGUF metadata "
+                               f"are malformed ({e}); the file is corrupt or from a foreign "
+                               "converter.") from None
+
+
+def tokenizer_of(g):
+    try:
+        return Tokenizer.from_metadata(g.metadata)
+    except TokenizerError as e:
+        raise TokenizerError(f"{g.path}: {e}") from None
+
+
+def check_runnable(g):
+    """Raise the one-sentence error that would stop `Model(g.path)`, short of allocating:
+    an unknown family, a missing or malformed key or tensor, an unusable vocab."""
+    describe(g)
+    tokenizer_of(g)
+
+
+def open_runnable(path):
+    """open_gguf, then check_runnable: the file of a model this engine can run."""
+    g = open_gguf(os.fspath(path))
+    check_runnable(g)
+    return g
+
+
 class Model:
     """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
 
@@ -127,19 +164,40 @@ class Model:
         self.path = os.fspath(path)
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)
-        self.hparams, self.flags = self.family.describe(self.gguf)
-        self.tables = build_tables(self.gguf, self.hparams, self.flags, SUPPORTED_QTYPES)
-        self.cbuf, self.ctab = weight_copies(self.gguf.data, self.tables.wtab, copies)
-        self.tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
+        self.hparams, self.flags, self.tables = self._describe()
+        self.tokenizer = self._tokenizer()
         self.n_vocab = int(self.tables.hp[fw.H_N_VOCAB])
+        if self.tokenizer.n_vocab > self.n_vocab:
+            raise UnsupportedModel(f"{self.path}: the vocabulary has {self.tokenizer.n_vocab} "
+                                   f"tokens but the output matrix only {self.n_vocab} rows; the "
+                                   "file is corrupt or from a foreign converter.")
         self.n_ctx = int(n_ctx) if n_ctx else min(self.hparams.n_ctx_train, DEFAULT_N_CTX)
         self.n_batch = int(n_batch)
+        if self.n_ctx < 1 or self.n_batch < 1:
+            raise ValueError(f"n_ctx ({self.n_ctx}) and n_batch ({self.n_batch}) must be at least 1.")
+        self.cbuf, self.ctab = weight_copies(self.gguf.data, self.tables.wtab, copies)
         self.n_threads = set_threads(n_threads)
+        if self.kv_cache_bytes() > ram_bytes():
+            raise ContextFull(f"a context of {self.n_ctx} tokens needs "
+                              f"{self.kv_cache_bytes() / 2**30:.1f} GiB of KV cache, more than this "
+                              f"machine's {ram_bytes() / 2**30:.1f} GiB of RAM: lower -c.")
         self._alloc()
         self.gelu_tab = ops.gelu_table()
         self.n_past = 0
         self.history = []
         self.timings = Timings(load_s=time.perf_counter() - t0)
+
+    def _describe(self):
+        return describe(self.gguf, self.family)
+
+    def _tokenizer(self):
+        return tokenizer_of(self.gguf)
+
+    def kv_cache_bytes(self, n_ctx=None):
+        """Bytes of the f16 keys and values for n_ctx tokens (default: this model's n_ctx)."""
+        hp = self.hparams
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
+        return 2 * hp.n_layer * n_ctx * hp.n_head_kv * (hp.head_dim + hp.head_dim_v)
 
     def _alloc(self):
         hp = self.hparams

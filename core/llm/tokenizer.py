@@ -14,6 +14,10 @@ from gguf.constants import Keys
 from . import tokenizer_bpe, tokenizer_spm
 
 
+class TokenizerError(ValueError):
+    """A vocab in the GGUF metadata that cannot be used; the message is one sentence."""
+
+
 class Attr(IntFlag):
     """llama_token_attr bits."""
     UNDEFINED = 0
@@ -75,6 +79,14 @@ _DEFAULT_SPECIAL_IDS = {
 _C_SPACE = " \t\n\v\f\r"  # what C's isspace() strips around special tokens
 
 
+def _text(value):
+    return value if isinstance(value, str) else ""
+
+
+def _is_strings(value):
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 def _read_attrs(meta, n_vocab):
     """(n_vocab,) int32 Attr bits from tokenizer.ggml.token_type; no types: all NORMAL."""
     if Keys.Tokenizer.TOKEN_TYPE not in meta:
@@ -94,7 +106,8 @@ def _read_special_ids(meta, model, n_vocab):
     ids.update({name: tid for name, tid in _DEFAULT_SPECIAL_IDS[model].items() if tid < n_vocab})
     for name, key in _SPECIAL_ID_KEYS:
         value = meta.get(key)
-        if value is not None and 0 <= int(value) < n_vocab:
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) \
+                and 0 <= int(value) < n_vocab:
             ids[name] = int(value)
     return ids
 
@@ -136,23 +149,37 @@ class Tokenizer:
         """Builds the vocab from GGUF key/values, with llama.cpp's defaults per model type."""
         key = Keys.Tokenizer
         model = meta.get(key.MODEL)
-        if model not in SUPPORTED_MODELS:
-            raise ValueError(f"tokenizer model {model!r} is not supported; dasllama reads "
-                             f"{', '.join(map(repr, SUPPORTED_MODELS))} (SPM and BPE) vocabs")
+        if not isinstance(model, str) or model not in SUPPORTED_MODELS:
+            raise TokenizerError(f"tokenizer model {model!r} is not supported; dasllama reads "
+                                 f"{', '.join(map(repr, SUPPORTED_MODELS))} (SPM and BPE) vocabs.")
         pre_name = "gemma4" if model == "gemma4" else (meta.get(key.PRE) or "default")
+        if not isinstance(pre_name, str):
+            raise TokenizerError(f"{key.PRE} is not a string; the file is corrupt.")
         pre = None
         if model != "llama":
             pre = tokenizer_bpe.PRE_TOKENIZERS.get(pre_name)
             if pre is None:
-                raise ValueError(f"BPE pre-tokenizer {pre_name!r} is not supported; known ones are "
-                                 f"{', '.join(sorted(tokenizer_bpe.PRE_TOKENIZERS))}")
-            if key.MERGES not in meta:
-                raise ValueError("this BPE vocab has no tokenizer.ggml.merges")
-
+                raise TokenizerError(f"BPE pre-tokenizer {pre_name!r} is not supported; known ones "
+                                     f"are {', '.join(sorted(tokenizer_bpe.PRE_TOKENIZERS))}.")
+            if not _is_strings(meta.get(key.MERGES)):
+                raise TokenizerError(f"this BPE vocab has no {key.MERGES} (a list of strings); "
+                                     "re-convert the model with llama.cpp's convert_hf_to_gguf.py.")
+        if not _is_strings(meta.get(key.LIST)) or not meta[key.LIST]:
+            raise TokenizerError(f"the model has no vocabulary: {key.LIST} is missing or not a "
+                                 "list of strings; re-convert it with llama.cpp's "
+                                 "convert_hf_to_gguf.py.")
+        for numeric in (key.SCORES, key.TOKEN_TYPE):
+            value = meta.get(numeric)
+            if value is not None and not (isinstance(value, np.ndarray) and value.ndim == 1
+                                          and value.dtype.kind in "iuf"):
+                raise TokenizerError(f"{numeric} is not an array of numbers; the file is corrupt.")
         tokens = [text or f"[EMPTY_{i}]" for i, text in enumerate(meta[key.LIST])]
         scores = None
         if model == "llama":
             raw = meta.get(key.SCORES)  # float32, or int32 in some old files
+            if raw is not None and len(raw) != len(tokens):
+                raise TokenizerError(f"{key.SCORES} has {len(raw)} entries for {len(tokens)} "
+                                     "tokens; the file is corrupt.")
             scores = (np.zeros(len(tokens)) if raw is None else np.asarray(raw, np.float32)).tolist()
         add_bos = bool(meta.get(key.ADD_BOS, model == "llama" or pre.add_bos))
         if pre is tokenizer_bpe.PRE_TOKENIZERS["gemma4"]:
@@ -162,8 +189,8 @@ class Tokenizer:
                    merges=list(meta.get(key.MERGES, ())), pre=pre, pre_name=pre_name,
                    add_bos=add_bos, add_eos=bool(meta.get(key.ADD_EOS, False)),
                    add_space_prefix=bool(meta.get(key.ADD_PREFIX, model == "llama")),
-                   general_name=meta.get(Keys.General.NAME, ""),
-                   general_arch=meta.get(Keys.General.ARCHITECTURE, ""))
+                   general_name=_text(meta.get(Keys.General.NAME)),
+                   general_arch=_text(meta.get(Keys.General.ARCHITECTURE)))
 
     def _spm_byte_id(self, byte):
         """<0xXX>, or else the byte itself as a token (llama_vocab::byte_to_token)."""
@@ -263,8 +290,12 @@ class Tokenizer:
                     continue
                 if self.add_space_prefix and prev_special:
                     fragment = " " + fragment
-                tokenizer_spm.encode(fragment.replace(" ", "\u2581"), self._token_to_id,
-                                     self._scores, self._byte_ids, out)
+                try:
+                    tokenizer_spm.encode(fragment.replace(" ", "\u2581"), self._token_to_id,
+                                         self._scores, self._byte_ids, out)
+                except ValueError as e:    # a byte the vocab cannot spell
+                    raise TokenizerError(f"{e}: the text holds a character this model's "
+                                         "vocabulary cannot encode.") from None
                 prev_special = False
         else:
             for fragment in fragments:
@@ -278,7 +309,8 @@ class Tokenizer:
 
     def _required(self, name):
         if self._ids[name] is None:
-            raise ValueError(f"the vocab asks for a {name.upper()} token but names none")
+            raise TokenizerError(f"the vocab asks for a {name.upper()} token but names none; "
+                                 "the model's tokenizer metadata is incomplete.")
         return self._ids[name]
 
     def _partition(self, text, parse_special):

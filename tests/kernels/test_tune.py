@@ -222,7 +222,7 @@ def test_an_unreadable_sidecar_is_refused_and_the_engine_falls_back(config_dir, 
     doc, refusal = sidecar.read()
     assert doc is None and refusal.reason == "unreadable"
     variants = {Q8_0: [("a", {}), ("b", {})]}
-    with pytest.warns(sidecar.SidecarWarning, match="refused, unreadable"):
+    with pytest.warns(sidecar.SidecarWarning, match="ignored: it is not JSON"):
         chosen = sidecar.in_force(variants)
     assert chosen == {(Q8_0, "decode"): "a", (Q8_0, "prefill"): "a"}
 

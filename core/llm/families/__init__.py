@@ -8,6 +8,10 @@ ALIASES = {alias: m for m in FAMILIES.values() for alias in m.ALIASES}
 
 def family(arch):
     """The family module for an architecture name, or UnsupportedModel listing what is."""
+    if not isinstance(arch, str):
+        what = "names no" if arch is None else "has a number, not a name, for its"
+        raise UnsupportedModel(f"the GGUF {what} general.architecture (the model family); the "
+                               "file is incomplete or corrupt.")
     found = FAMILIES.get(arch) or ALIASES.get(arch)
     if found is None:
         known = ", ".join(sorted(FAMILIES) + sorted(ALIASES))

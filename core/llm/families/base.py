@@ -53,6 +53,10 @@ class Hparams:
     def from_gguf(cls, g, swa_pattern=0, **overrides):
         """Common keys; a family passes its SWA pattern and any arch-specific values."""
         n_layer = int(_key(g, Keys.LLM.BLOCK_COUNT))
+        if not 1 <= n_layer <= len(g.tensors):
+            # before anything is sized by it: a corrupt count would allocate gigabytes
+            raise UnsupportedModel(f"{g.path}: block_count {n_layer} does not fit the file's "
+                                   f"{len(g.tensors)} tensors; the file is corrupt.")
         n_embd = int(_key(g, Keys.LLM.EMBEDDING_LENGTH))
         n_head = _key(g, Keys.Attention.HEAD_COUNT)
         n_head = int(np.max(n_head)) if isinstance(n_head, np.ndarray) else int(n_head)
@@ -89,6 +93,29 @@ class Hparams:
         )
         values.update(overrides)
         return cls(**values)
+
+
+def check_hparams(g, hp):
+    """Sizes the forward pass indexes by: a zero, a negative, or a head count that does not
+    divide is a corrupt file, refused here rather than read past an array in a kernel."""
+    sizes = {"block_count": hp.n_layer, "embedding_length": hp.n_embd,
+             "attention.head_count": hp.n_head, "attention.head_count_kv": hp.n_head_kv,
+             "attention.key_length": hp.head_dim, "attention.value_length": hp.head_dim_v,
+             "feed_forward_length": hp.n_ff, "vocab_size": hp.n_vocab,
+             "context_length": hp.n_ctx_train}
+    for name, value in sizes.items():
+        if value < 1:
+            raise UnsupportedModel(f"{g.path}: {hp.arch}.{name} is {value}; a model needs at "
+                                   "least 1, so the file is corrupt.")
+    if hp.n_head % hp.n_head_kv:
+        raise UnsupportedModel(f"{g.path}: {hp.n_head} attention heads do not share out over "
+                               f"{hp.n_head_kv} key/value heads; the file is corrupt.")
+    if not 0 <= hp.n_rot <= hp.head_dim or hp.n_rot % 2:
+        raise UnsupportedModel(f"{g.path}: rope.dimension_count {hp.n_rot} does not fit heads "
+                               f"of {hp.head_dim}; the file is corrupt.")
+    if not (math.isfinite(hp.eps) and hp.eps > 0):
+        raise UnsupportedModel(f"{g.path}: the norm epsilon {hp.eps} is not a small positive "
+                               "number; the file is corrupt.")
 
 
 @dataclass(frozen=True)
@@ -146,6 +173,18 @@ def build_tables(g, hp: Hparams, flags: Flags, supported_qtypes):
     pieces, size = [], 0
     qtypes = set()
 
+    n_q, n_k, n_v = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim, hp.n_head_kv * hp.head_dim_v
+    # (rows, cols) each weight must have for the forward's buffers; rows None: not checked
+    # (ffn_up is n_ff or, fused with the gate as phi3 has it, 2 n_ff); the output's rows
+    # set n_vocab
+    expect = {fw.W_Q: (n_q, hp.n_embd), fw.W_K: (n_k, hp.n_embd), fw.W_V: (n_v, hp.n_embd),
+              fw.W_O: (hp.n_embd, hp.n_head * hp.head_dim_v), fw.W_GATE: (hp.n_ff, hp.n_embd),
+              fw.W_UP: (None, hp.n_embd), fw.W_DOWN: (hp.n_embd, hp.n_ff),
+              fw.W_QKV: (n_q + n_k + n_v, hp.n_embd), fw.W_EMBD: (None, hp.n_embd),
+              fw.W_OUT: (None, hp.n_embd)}
+    norm_size = {fw.F_Q_NORM: hp.head_dim, fw.F_K_NORM: hp.head_dim, fw.F_BQ: n_q, fw.F_BK: n_k,
+                 fw.F_BV: n_v, fw.F_BQKV: n_q + n_k + n_v}
+
     def weight(row, slot, name):
         info = g.tensor(name)
         if info.qtype not in supported_qtypes:
@@ -155,12 +194,22 @@ def build_tables(g, hp: Hparams, flags: Flags, supported_qtypes):
                 "Requantize the model (llama-quantize) to one of these.")
         if len(info.shape) != 2:
             raise UnsupportedModel(f"{g.path}: tensor '{name}' is not a matrix.")
+        rows, cols = expect[slot]
+        if info.shape[0] != cols or (rows is not None and info.shape[1] != rows) \
+                or (slot == fw.W_UP and info.shape[1] not in (hp.n_ff, 2 * hp.n_ff)):
+            raise UnsupportedModel(f"{g.path}: tensor '{name}' is {info.shape[1]}x{info.shape[0]}, "
+                                   "which the model's hyper-parameters contradict; the file is "
+                                   "corrupt.")
         wtab[row, slot] = (info.offset, info.qtype, info.shape[1], info.shape[0])
         qtypes.add(info.qtype)
 
     def small(row, slot, name):
         nonlocal size
         arr = _f32(g, name)
+        if arr.size != norm_size.get(slot, hp.n_embd):
+            raise UnsupportedModel(f"{g.path}: tensor '{name}' has {arr.size} values where the "
+                                   f"model's hyper-parameters need {norm_size.get(slot, hp.n_embd)}; "
+                                   "the file is corrupt.")
         ftab[row, slot] = (size, arr.size)
         pieces.append(arr)
         size += arr.size
@@ -193,6 +242,9 @@ def build_tables(g, hp: Hparams, flags: Flags, supported_qtypes):
     small(L, fw.F_OUT_NORM, "output_norm.weight")
 
     n_vocab = int(wtab[L, fw.W_OUT, 2])
+    if int(wtab[L, fw.W_EMBD, 2]) < n_vocab:
+        raise UnsupportedModel(f"{g.path}: token_embd.weight has fewer rows than the output "
+                               f"matrix's {n_vocab}; the file is corrupt.")
     hpi = np.zeros(fw.N_HP, np.int64)
     hpi[fw.H_N_LAYER], hpi[fw.H_N_EMBD] = L, hp.n_embd
     hpi[fw.H_N_HEAD], hpi[fw.H_N_HEAD_KV] = hp.n_head, hp.n_head_kv

@@ -1,0 +1,44 @@
+"""Option types every subcommand shares: numbers that must be finite, and thread counts
+bounded by the pool numba can start."""
+import math
+import os
+
+import click
+
+
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that also refuses nan and inf (which compare false to any bound)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value} is not a finite number.", param, ctx)
+        return number
+
+
+def max_threads():
+    """numba's pool size: NUMBA_NUM_THREADS, else the CPU count (what numba starts)."""
+    try:
+        return max(1, int(os.environ.get("NUMBA_NUM_THREADS") or os.cpu_count() or 1))
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+THREADS = click.IntRange(1, max_threads())
+
+
+def writable_file(ctx, param, value):
+    """A callback for an output path: refuse one that cannot be written before any work,
+    not after a run of minutes."""
+    if value is None:
+        return value
+    parent = os.path.dirname(os.path.abspath(value)) or "."
+    if os.path.isdir(value):
+        raise click.BadParameter(f"{value} is a directory; give a file name.")
+    if not os.path.isdir(parent):
+        raise click.BadParameter(f"the directory {parent} does not exist; create it first.")
+    if not os.access(parent, os.W_OK) or (os.path.exists(value) and not os.access(value, os.W_OK)):
+        raise click.BadParameter(f"{value} cannot be written (permission denied).")
+    return value
