@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dasllama.core.runtime.cache import cache_dir  # absolute: this file also runs as a script
+from ..runtime.cache import cache_dir
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 TOOLS = ("llama-bench", "llama-completion", "llama-tokenize", "llama-eval-callback")
