@@ -93,7 +93,7 @@ def agreement(pairs):
 
 
 def main(argv):
-    from core.tts.g2p import phonemize, word_phonemes
+    from core.tts.g2p import phonemize
     from core.tts.text import normalize
 
     n_words = int(argv[0]) if argv and argv[0].isdigit() else 1000
@@ -101,7 +101,7 @@ def main(argv):
     reference = espeak()
     words = frequent_words(n_words)
     word_rate, word_per, word_misses = agreement(
-        [(w, word_phonemes(w), reference(w)) for w in words])
+        [(w, phonemize(w), reference(w)) for w in words])
     normalised = [normalize(s) for s in SENTENCES]
     sentence_rate, sentence_per, sentence_misses = agreement(
         [(s, phonemize(s), reference(s)) for s in normalised])

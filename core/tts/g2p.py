@@ -27,7 +27,7 @@ _LETTERS = {  # letter names, for spelling out what cannot be read
 # followed by a space, a sentence mark is not.
 _CLAUSE_MARKS = ",:;"
 _SENTENCE_MARKS = ".!?"
-_TOKEN = re.compile(r"[A-Za-z\u00C0-\u024F]+(?:'[A-Za-z]+)*|[.!?]+|[,:;]")
+_TOKEN = re.compile(r"[A-Za-z\u00C0-\u024F]+(?:['-][A-Za-z\u00C0-\u024F]+)*|[.!?]+|[,:;]")
 
 
 @functools.cache
@@ -45,19 +45,69 @@ def lexicon():
     return words
 
 
-def to_espeak(phonemes):
+_MISAKI_VOWELS = "AIOQWYaiuæɑɒɔəɛɜɪʊʌᵻᵊ"
+_NUCLEUS = re.compile(f"[{_MISAKI_VOWELS}]")
+_SPELLED_VOWELS = re.compile(r"[aeiou]+|(?<=[^aeiou])y")
+
+
+def _respell_reduced_vowels(word, ps):
+    """espeak reduces a vowel spelled 'i' or 'e' to ɪ (ᵻ in a be-/de-/re- prefix) where
+    misaki writes ə for every reduced vowel ("family", "market", "before"). The n-th vowel of
+    the spelling is taken to be the n-th nucleus of the phonemes, so only words whose counts
+    agree are respelled."""
+    spelling = re.sub(r"(?<=[^aeiou])e(s|d)?$", "", word.lower()) if len(word) > 3 else word
+    groups = _SPELLED_VOWELS.findall(spelling)
+    nuclei = list(_NUCLEUS.finditer(ps))
+    if len(groups) != len(nuclei):
+        return ps
+    out = list(ps)
+    for i, (group, m) in enumerate(zip(groups, nuclei)):
+        if ps[m.start()] not in "əᵊ" or (m.start() and ps[m.start() - 1] in _STRESS):
+            continue
+        if i == 0 and re.match(r"(be|de|re)", word.lower()) and group == "e":
+            out[m.start()] = "ᵻ"
+        elif i == 0 and group == "a" and m.start() == 0:
+            out[m.start()] = "ɐ"
+        elif group in ("i", "e") and ps[m.end():m.end() + 1] != "ɹ":
+            out[m.start()] = "ɪ"
+    return "".join(out)
+
+
+def _drop_adjacent_secondary(ps):
+    """espeak keeps a secondary stress only two or more syllables from the primary one
+    ("ˈɛnɪθˌɪŋ" but "sˈʌmθɪŋ", "ʌntˈɪl")."""
+    nuclei = [m.start() for m in _NUCLEUS.finditer(ps)]
+    primary = [i for i, pos in enumerate(nuclei) if pos and ps[pos - 1] == "ˈ"]
+    if not primary:
+        return ps
+    drop = {nuclei[i] - 1 for i, pos in enumerate(nuclei)
+            if pos and ps[pos - 1] == "ˌ" and any(abs(i - j) == 1 for j in primary)}
+    return "".join(ch for k, ch in enumerate(ps) if k not in drop)
+
+
+def to_espeak(phonemes, word=""):
     """misaki US phonemes -> espeak-ng en-us IPA, symbol by symbol with the context rules
-    espeak's inventory needs (long vowels, r-coloured vowels, reduced vowels)."""
-    ps = phonemes
-    ps = re.sub(r"ɜɹ(?![" + "".join(_VOWELS) + "])", "ɜː", ps)
-    ps = re.sub(r"ɜɹ", "ɜːɹ", ps)
-    ps = re.sub(r"(?<![ˈˌ])əɹ(?![" + "".join(_VOWELS) + "])", "ɚ", ps)
-    ps = ps.replace("ɑɹ", "ɑːɹ").replace("ɔɹ", "ɔːɹ")
+    espeak's inventory needs (long vowels, r-coloured vowels, reduced vowels). `word`, the
+    spelling, lets reduced vowels follow it."""
+    ps = _drop_adjacent_secondary(phonemes)
+    if word:
+        ps = _respell_reduced_vowels(word, ps)
+        if word.lower().startswith("ex"):
+            ps = re.sub(r"^([ˈˌ]?)ɪ(?=[kɡ])", r"\1ɛ", ps)
+    vowel = "[" + _MISAKI_VOWELS + "]"
+    ps = re.sub(r"ɜɹ(?=[ˈˌ]?" + vowel + ")", "ɜːɹ", ps)
+    ps = re.sub(r"ɜɹ", "ɜː", ps)
+    ps = re.sub(r"(?<![ˈˌ])əɹ(?=[ˈˌ]?" + vowel + ")", "ɚɹ", ps)
+    ps = re.sub(r"(?<![ˈˌ])əɹ", "ɚ", ps)
+    ps = re.sub(r"ʊɹ(?=" + vowel + ")", "ʊɹɹ", ps)
+    ps = ps.replace("ɑɹ", "ɑːɹ").replace("ɔɹ", "ɔːɹ").replace("wˈɑn", "wˈɔn")
     ps = re.sub(r"ɑ(?!ː)", "ɑː", ps)
-    ps = re.sub(r"ɔ(?![ːɹɪ])", "ɔː", ps)
+    ps = re.sub(r"ɔ(?![ːɹɪŋnfsθ])", "ɔː", ps)
+    ps = re.sub(r"n(?=[kɡ])", "ŋ", ps)
     ps = re.sub(r"(?<=[ˈˌ])i", "iː", ps)
-    ps = re.sub(r"(?<=[ˈˌ])u|u(?=$)", "uː", ps)
-    ps = re.sub(r"(?<![ˈˌ])u(?!ː)", "uː", ps)
+    ps = re.sub(r"iː(?=" + vowel + ")", "iːʲ", ps)
+    ps = re.sub(r"(?<![ˈˌ])i(?=[" + _MISAKI_VOWELS.replace("ə", "") + "])", "ɪʲ", ps)
+    ps = re.sub(r"u(?!ː)", "uː", ps)
     ps = re.sub(r"ɜ(?!ː)", "ɜː", ps)
     return "".join(_SYMBOLS.get(ch, ch) for ch in ps)
 
@@ -105,24 +155,70 @@ def word_phonemes(word):
     words = lexicon()
     for form in (word, word.lower(), word.capitalize()):
         if form in words:
-            return to_espeak(words[form])
+            return to_espeak(words[form], word)
     lower = word.lower()
     found = _stem_and_suffix(lower, words) or _compound(lower, words)
     if found:
-        return to_espeak(found)
+        return to_espeak(found, word)
     return _spell(word)
+
+
+# Words espeak leaves unstressed even alone; any other word alone in a clause gets a stress.
+_UNSTRESSED = frozenset("the to of at for and an he we she you is was it as or from with if are "
+                        "were her they your than".split())
+# Word pairs espeak runs together, with the first word's reduced form ("in the" -> ɪnðə).
+_RUN_TOGETHER = {("in", "the"): "ɪn", ("of", "the"): "ʌv", ("for", "the"): "fɚ",
+                 ("with", "the"): "wɪð", ("from", "the"): "fɹʌm", ("on", "the"): "ɔn",
+                 ("of", "a"): "əv", ("at", "a"): "æɾ", ("for", "a"): "fɚɹ"}
+_INITIAL_VOWEL = re.compile(f"^[ˈˌ]?[{_MISAKI_VOWELS}]|^[ˈˌ]?[ɚɐ]")
+
+
+def _clause_words(words):
+    """IPA of the words of one clause (no punctuation), spaced and run together as espeak
+    does: "the" and "a" by the next sound, hyphenated words as one."""
+    ipa = ["".join(word_phonemes(part) for part in w.split("-")) for w in words]
+    lower = [w.lower() for w in words]
+    for i, w in enumerate(lower):
+        before_vowel = i + 1 < len(ipa) and bool(_INITIAL_VOWEL.match(ipa[i + 1]))
+        if w == "the":
+            ipa[i] = "ðɪʲ" if before_vowel else "ðə"
+        elif w == "a":
+            ipa[i] = "ɐ" if len(words) > 1 else "ˈeɪ"
+    if len(words) == 1 and lower[0] not in _UNSTRESSED and "ˈ" not in ipa[0]:
+        ipa[0] = _stress(ipa[0])
+    out = ""
+    for i, w in enumerate(lower):
+        nxt = lower[i + 1] if i + 1 < len(lower) else None
+        if (w, nxt) in _RUN_TOGETHER:
+            out += _RUN_TOGETHER[(w, nxt)]
+            if nxt == "a":
+                out += "ə"
+                ipa[i + 1] = ""
+        else:
+            out += ipa[i] + " "
+    return re.sub(r" +", " ", out).strip()
+
+
+def _stress(ipa):
+    """A word given the primary stress espeak gives a word standing alone."""
+    if "ˌ" in ipa:
+        return ipa.replace("ˌ", "ˈ", 1)
+    m = re.search("[aeiouæɑɐɒɔəɚɛɜɪʊʌᵻ]", ipa)
+    return ipa[:m.start()] + "ˈ" + ipa[m.start():] if m else ipa
 
 
 def phonemize_sentence(sentence):
     """IPA of one normalised sentence: words separated by spaces, punctuation kept."""
-    out = ""
+    out, clause = "", []
     for token in _TOKEN.findall(sentence):
-        if token[0] in _CLAUSE_MARKS:
-            out = out.rstrip(" ") + token + " "
-        elif token[0] in _SENTENCE_MARKS:
-            out = out.rstrip(" ") + token
+        if token[0] in _CLAUSE_MARKS or token[0] in _SENTENCE_MARKS:
+            out += _clause_words(clause) + token
+            out += " " if token[0] in _CLAUSE_MARKS else ""
+            clause = []
         else:
-            out += word_phonemes(token) + " "
+            clause.append(token)
+    if clause:
+        out += _clause_words(clause)
     return out.rstrip(" ")
 
 
