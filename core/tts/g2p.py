@@ -62,13 +62,18 @@ def _respell_reduced_vowels(word, ps):
         return ps
     out = list(ps)
     for i, (group, m) in enumerate(zip(groups, nuclei)):
-        if ps[m.start()] not in "əᵊ" or (m.start() and ps[m.start() - 1] in _STRESS):
+        if ps[m.start()] not in "əᵊi" or (m.start() and ps[m.start() - 1] in _STRESS):
             continue
+        after = ps[m.end():m.end() + 1]
         if i == 0 and re.match(r"(be|de|re)", word.lower()) and group == "e":
-            out[m.start()] = "ᵻ"
+            out[m.start()] = "ɪ" if after in ("k", "z", "v") else "ᵻ"
+        elif ps[m.start()] == "i":
+            continue
         elif i == 0 and group == "a" and m.start() == 0:
             out[m.start()] = "ɐ"
-        elif group in ("i", "e") and ps[m.end():m.end() + 1] != "ɹ":
+        elif group == "i" and after == "ɾ":
+            out[m.start()] = "ᵻ"
+        elif (group == "i" and after != "l") or (group == "e" and after not in "nmlɹ"):
             out[m.start()] = "ɪ"
     return "".join(out)
 
@@ -97,6 +102,7 @@ def to_espeak(phonemes, word=""):
     vowel = "[" + _MISAKI_VOWELS + "]"
     ps = re.sub(r"ɜɹ(?=[ˈˌ]?" + vowel + ")", "ɜːɹ", ps)
     ps = re.sub(r"ɜɹ", "ɜː", ps)
+    ps = re.sub(r"(?<=[vf])əɹ(?=" + vowel + ")", "ɹ", ps)
     ps = re.sub(r"(?<![ˈˌ])əɹ(?=[ˈˌ]?" + vowel + ")", "ɚɹ", ps)
     ps = re.sub(r"(?<![ˈˌ])əɹ", "ɚ", ps)
     ps = re.sub(r"ʊɹ(?=" + vowel + ")", "ʊɹɹ", ps)
@@ -104,7 +110,11 @@ def to_espeak(phonemes, word=""):
     ps = re.sub(r"ɑ(?!ː)", "ɑː", ps)
     ps = re.sub(r"ɔ(?![ːɹɪŋnfsθ])", "ɔː", ps)
     ps = re.sub(r"n(?=[kɡ])", "ŋ", ps)
-    ps = re.sub(r"(?<=[ˈˌ])i", "iː", ps)
+    ps = re.sub(r"(?<![ˈˌ])i(?=[^ˈˌ" + _MISAKI_VOWELS + "]+ˌ)", "ɪ", ps)  # "anything"
+    if len(_NUCLEUS.findall(ps)) == 1:
+        ps = ps.replace("i", "iː")  # "be", "these"
+    ps = re.sub(r"(?<=[ˈˌ])iə", "iə", ps)
+    ps = re.sub(r"(?<=[ˈˌ])i(?!ə)", "iː", ps)
     ps = re.sub(r"iː(?=" + vowel + ")", "iːʲ", ps)
     ps = re.sub(r"(?<![ˈˌ])i(?=[" + _MISAKI_VOWELS.replace("ə", "") + "])", "ɪʲ", ps)
     ps = re.sub(r"u(?!ː)", "uː", ps)
@@ -150,8 +160,18 @@ def _spell(word):
     return " ".join(_LETTERS[ch] for ch in word.lower() if ch in _LETTERS)
 
 
+# Readings where misaki and espeak part and a number word is too common to leave to the rules.
+_OVERRIDES = {"thirteen": "θˈɜːtiːn", "fourteen": "fˈɔːɹtiːn", "fifteen": "fˈɪftiːn",
+              "sixteen": "sˈɪkstiːn", "seventeen": "sˈɛvəntˌiːn", "eighteen": "ˈeɪtiːn",
+              "nineteen": "nˈaɪntiːn", "ninety": "nˈaɪnti", "hundred": "hˈʌndɹɪd",
+              "million": "mˈɪliən", "billion": "bˈɪliən", "trillion": "tɹˈɪliən",
+              "zero": "zˈiəɹoʊ"}
+
+
 def word_phonemes(word):
     """espeak-style IPA of one word (letters and apostrophes)."""
+    if word.lower() in _OVERRIDES:
+        return _OVERRIDES[word.lower()]
     words = lexicon()
     for form in (word, word.lower(), word.capitalize()):
         if form in words:
@@ -165,7 +185,11 @@ def word_phonemes(word):
 
 # Words espeak leaves unstressed even alone; any other word alone in a clause gets a stress.
 _UNSTRESSED = frozenset("the to of at for and an he we she you is was it as or from with if are "
-                        "were her they your than".split())
+                        "were her they your than their its am per".split())
+_SECONDARY_ALONE = frozenset("but one what when had been some them our him any us though into "
+                             "gonna".split())
+# Reduced forms espeak gives these inside a sentence.
+_IN_SENTENCE = {"to": "tə", "than": "ðɐn", "i": "aɪ"}
 # Word pairs espeak runs together, with the first word's reduced form ("in the" -> ɪnðə).
 _RUN_TOGETHER = {("in", "the"): "ɪn", ("of", "the"): "ʌv", ("for", "the"): "fɚ",
                  ("with", "the"): "wɪð", ("from", "the"): "fɹʌm", ("on", "the"): "ɔn",
@@ -184,8 +208,14 @@ def _clause_words(words):
             ipa[i] = "ðɪʲ" if before_vowel else "ðə"
         elif w == "a":
             ipa[i] = "ɐ" if len(words) > 1 else "ˈeɪ"
+        elif w in _IN_SENTENCE and len(words) > 1 and not (w == "to" and before_vowel):
+            ipa[i] = _IN_SENTENCE[w]
+        elif before_vowel and re.search("iː?$", ipa[i]):
+            ipa[i] += "ʲ"  # espeak's glide from i into a vowel: "coffee on"
+        elif before_vowel and ipa[i].endswith("ɚ"):
+            ipa[i] += "ɹ"  # linking r: "after a"
     if len(words) == 1 and lower[0] not in _UNSTRESSED and "ˈ" not in ipa[0]:
-        ipa[0] = _stress(ipa[0])
+        ipa[0] = _stress(ipa[0], secondary=lower[0] in _SECONDARY_ALONE)
     out = ""
     for i, w in enumerate(lower):
         nxt = lower[i + 1] if i + 1 < len(lower) else None
@@ -199,12 +229,13 @@ def _clause_words(words):
     return re.sub(r" +", " ", out).strip()
 
 
-def _stress(ipa):
-    """A word given the primary stress espeak gives a word standing alone."""
+def _stress(ipa, secondary=False):
+    """A word given the stress espeak gives a word standing alone."""
+    mark = "ˌ" if secondary else "ˈ"
     if "ˌ" in ipa:
-        return ipa.replace("ˌ", "ˈ", 1)
+        return ipa.replace("ˌ", mark, 1)
     m = re.search("[aeiouæɑɐɒɔəɚɛɜɪʊʌᵻ]", ipa)
-    return ipa[:m.start()] + "ˈ" + ipa[m.start():] if m else ipa
+    return ipa[:m.start()] + mark + ipa[m.start():] if m else ipa
 
 
 def phonemize_sentence(sentence):

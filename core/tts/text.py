@@ -179,8 +179,7 @@ def _saint_or_street(m):
 def _kept_stop(m):
     """The full stop of an abbreviation when it also ends the sentence."""
     rest = m.string[m.end():]
-    return "." if not rest.strip() or re.match(r"\s+[A-Z]", rest) and m.group(0).endswith(".") \
-        else ""
+    return "." if not rest.strip() or re.match(r"\s*[A-Z]", rest) else ""
 
 
 def _english_numbers(text):
@@ -213,7 +212,7 @@ def _english_abbreviations(text):
 
 def _kept_stop_after(m, long):
     # Titles ("Dr. Smith") never end a sentence; "etc." and "vs." can.
-    return "" if long in ("mister", "missus", "miz", "doctor", "professor", "mount") \
+    return "" if long in ("mister", "missus", "miz", "doctor", "professor", "mount", "versus") \
         else _kept_stop(m)
 
 
