@@ -65,7 +65,7 @@ def _respell_reduced_vowels(word, ps):
         if ps[m.start()] not in "əᵊi" or (m.start() and ps[m.start() - 1] in _STRESS):
             continue
         after = ps[m.end():m.end() + 1]
-        if i == 0 and re.match(r"(be|de|re)", word.lower()) and group == "e":
+        if i == 0 and len(nuclei) > 1 and re.match(r"(be|de|re)", word.lower()) and group == "e":
             out[m.start()] = "ɪ" if after in ("k", "z", "v") else "ᵻ"
         elif ps[m.start()] == "i":
             continue
@@ -73,7 +73,8 @@ def _respell_reduced_vowels(word, ps):
             out[m.start()] = "ɐ"
         elif group == "i" and after == "ɾ":
             out[m.start()] = "ᵻ"
-        elif (group == "i" and after != "l") or (group == "e" and after not in "nmlɹ"):
+        elif (group == "i" and not (after == "l" and i == len(groups) - 1)) or \
+                (group == "e" and after not in "nmlɹ"):
             out[m.start()] = "ɪ"
     return "".join(out)
 
@@ -112,9 +113,8 @@ def to_espeak(phonemes, word=""):
     ps = re.sub(r"n(?=[kɡ])", "ŋ", ps)
     ps = re.sub(r"(?<![ˈˌ])i(?=[^ˈˌ" + _MISAKI_VOWELS + "]+ˌ)", "ɪ", ps)  # "anything"
     if len(_NUCLEUS.findall(ps)) == 1:
-        ps = ps.replace("i", "iː")  # "be", "these"
-    ps = re.sub(r"(?<=[ˈˌ])iə", "iə", ps)
-    ps = re.sub(r"(?<=[ˈˌ])i(?!ə)", "iː", ps)
+        ps = re.sub(r"i(?!ː)", "iː", ps)  # "be", "these"
+    ps = re.sub(r"(?<=[ˈˌ])i(?![əː])", "iː", ps)
     ps = re.sub(r"iː(?=" + vowel + ")", "iːʲ", ps)
     ps = re.sub(r"(?<![ˈˌ])i(?=[" + _MISAKI_VOWELS.replace("ə", "") + "])", "ɪʲ", ps)
     ps = re.sub(r"u(?!ː)", "uː", ps)
@@ -165,7 +165,7 @@ _OVERRIDES = {"thirteen": "θˈɜːtiːn", "fourteen": "fˈɔːɹtiːn", "fiftee
               "sixteen": "sˈɪkstiːn", "seventeen": "sˈɛvəntˌiːn", "eighteen": "ˈeɪtiːn",
               "nineteen": "nˈaɪntiːn", "ninety": "nˈaɪnti", "hundred": "hˈʌndɹɪd",
               "million": "mˈɪliən", "billion": "bˈɪliən", "trillion": "tɹˈɪliən",
-              "zero": "zˈiəɹoʊ"}
+              "zero": "zˈiəɹoʊ", "than": "ðɐn"}
 
 
 def word_phonemes(word):
@@ -189,7 +189,7 @@ _UNSTRESSED = frozenset("the to of at for and an he we she you is was it as or f
 _SECONDARY_ALONE = frozenset("but one what when had been some them our him any us though into "
                              "gonna".split())
 # Reduced forms espeak gives these inside a sentence.
-_IN_SENTENCE = {"to": "tə", "than": "ðɐn", "i": "aɪ"}
+_IN_SENTENCE = {"to": "tə", "i": "aɪ"}
 # Word pairs espeak runs together, with the first word's reduced form ("in the" -> ɪnðə).
 _RUN_TOGETHER = {("in", "the"): "ɪn", ("of", "the"): "ʌv", ("for", "the"): "fɚ",
                  ("with", "the"): "wɪð", ("from", "the"): "fɹʌm", ("on", "the"): "ɔn",
@@ -214,8 +214,10 @@ def _clause_words(words):
             ipa[i] += "ʲ"  # espeak's glide from i into a vowel: "coffee on"
         elif before_vowel and ipa[i].endswith("ɚ"):
             ipa[i] += "ɹ"  # linking r: "after a"
-    if len(words) == 1 and lower[0] not in _UNSTRESSED and "ˈ" not in ipa[0]:
-        ipa[0] = _stress(ipa[0], secondary=lower[0] in _SECONDARY_ALONE)
+    if len(words) == 1 and lower[0] in _SECONDARY_ALONE:
+        ipa[0] = _stress(ipa[0].replace("ˈ", "ˌ"), secondary=True)
+    elif len(words) == 1 and lower[0] not in _UNSTRESSED and "ˈ" not in ipa[0]:
+        ipa[0] = _stress(ipa[0])
     out = ""
     for i, w in enumerate(lower):
         nxt = lower[i + 1] if i + 1 < len(lower) else None
