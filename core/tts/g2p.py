@@ -117,6 +117,8 @@ def to_espeak(phonemes, word=""):
     ps = re.sub(r"(?<=[ˈˌ])i(?![əː])", "iː", ps)
     ps = re.sub(r"iː(?=" + vowel + ")", "iːʲ", ps)
     ps = re.sub(r"(?<![ˈˌ])i(?=[" + _MISAKI_VOWELS.replace("ə", "") + "])", "ɪʲ", ps)
+    ps = re.sub(r"(?<=[ʃʒʤʧ])əwə", "uə", ps)  # "actually", "usually"
+    ps = re.sub(r"ʔn$", "ʔn̩", ps)  # syllabic n: "certain", "button"
     ps = re.sub(r"u(?!ː)", "uː", ps)
     ps = re.sub(r"ɜ(?!ː)", "ɜː", ps)
     return "".join(_SYMBOLS.get(ch, ch) for ch in ps)
@@ -125,7 +127,7 @@ def to_espeak(phonemes, word=""):
 def _stem_and_suffix(word, words):
     """misaki phonemes of an unlisted inflection or derivation, from a listed stem."""
     rules = (("'s", ("",), "z"), ("s", ("", "e"), "z"), ("es", ("", "e"), "ᵻz"),
-             ("ies", ("y",), "iz"), ("ed", ("", "e"), "d"), ("ied", ("y",), "id"),
+             ("ies", ("y",), "z"), ("ed", ("", "e"), "d"), ("ied", ("y",), "d"),
              ("ing", ("", "e"), "ɪŋ"), ("ly", ("", "le"), "li"), ("er", ("", "e"), "əɹ"),
              ("est", ("", "e"), "ᵻst"), ("ness", ("",), "nəs"), ("ment", ("",), "mənt"),
              ("able", ("", "e"), "əbəl"), ("less", ("",), "ləs"), ("ful", ("",), "fəl"))
@@ -157,7 +159,9 @@ def _compound(word, words):
 
 
 def _spell(word):
-    return " ".join(_LETTERS[ch] for ch in word.lower() if ch in _LETTERS)
+    """Letter names run together, as espeak spells: the last letter has the stress."""
+    names = [_LETTERS[ch] for ch in word.lower() if ch in _LETTERS]
+    return "".join(n.replace("ˈ", "ˌ") for n in names[:-1]) + (names[-1] if names else "")
 
 
 # Readings where misaki and espeak part and a number word is too common to leave to the rules.
