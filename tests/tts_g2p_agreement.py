@@ -93,8 +93,8 @@ def agreement(pairs):
 
 
 def main(argv):
-    from core.tts.g2p import phonemize
-    from core.tts.text import normalize
+    from dasllama.core.tts.g2p import phonemize
+    from dasllama.core.tts.text import normalize
 
     n_words = int(argv[0]) if argv and argv[0].isdigit() else 1000
     show = int(argv[argv.index("--show") + 1]) if "--show" in argv else 0

@@ -69,8 +69,11 @@ def _respell_reduced_vowels(word, ps):
             out[m.start()] = "ɪ" if after in ("k", "z", "v") else "ᵻ"
         elif ps[m.start()] == "i":
             continue
-        elif i == 0 and group == "a" and m.start() == 0:
-            out[m.start()] = "ɐ"
+        elif i == 0 and group == "e" and m.start() == 0:
+            out[m.start()] = "ɛ" if word.lower().startswith("en") else "ᵻ"  # "estate"
+        elif group == "a" and ps[m.end():].find("ˈ") >= 0 and \
+                not _NUCLEUS.search(ps[m.end():m.end() + ps[m.end():].find("ˈ")]):
+            out[m.start()] = "ɐ"  # "about", "traditional": 'a' just before the stress
         elif group == "i" and after == "ɾ":
             out[m.start()] = "ᵻ"
         elif (group == "i" and not (after == "l" and i == len(groups) - 1)) or \
@@ -100,7 +103,13 @@ def to_espeak(phonemes, word=""):
         ps = _respell_reduced_vowels(word, ps)
         if word.lower().startswith("ex"):
             ps = re.sub(r"^([ˈˌ]?)ɪ(?=[kɡ])", r"\1ɛ", ps)
+        if re.search(r"arr|ar[iay]", word.lower()):
+            ps = re.sub(r"ɛɹ(?=[" + _MISAKI_VOWELS + "])", "æɹ", ps, count=1)  # "carry"
     vowel = "[" + _MISAKI_VOWELS + "]"
+    ps = re.sub(r"ᵻst$", "ɪst", ps)  # "latest"
+    ps = re.sub(r"(?<=[" + _MISAKI_VOWELS + "])tᵻd$", "ɾᵻd", ps)  # "treated"
+    ps = re.sub(r"(?<=ə)ɾɪv$", "tˌɪv", ps)  # "negative"
+    ps = re.sub(r"(?<![ˈˌ])i(?=[^ˈˌ" + _MISAKI_VOWELS + "]+ˈ)", "ɪ", ps)  # "prevent"
     ps = re.sub(r"ɜɹ(?=[ˈˌ]?" + vowel + ")", "ɜːɹ", ps)
     ps = re.sub(r"ɜɹ", "ɜː", ps)
     ps = re.sub(r"(?<=[vf])əɹ(?=" + vowel + ")", "ɹ", ps)
@@ -116,7 +125,7 @@ def to_espeak(phonemes, word=""):
         ps = re.sub(r"i(?!ː)", "iː", ps)  # "be", "these"
     ps = re.sub(r"(?<=[ˈˌ])i(?![əː])", "iː", ps)
     ps = re.sub(r"iː(?=" + vowel + ")", "iːʲ", ps)
-    ps = re.sub(r"(?<![ˈˌ])i(?=[" + _MISAKI_VOWELS.replace("ə", "") + "])", "ɪʲ", ps)
+    ps = re.sub(r"(?<![ˈˌ])i(?=[ˈˌ]?[" + _MISAKI_VOWELS + "])", "ɪʲ", ps)
     ps = re.sub(r"(?<=[ʃʒʤʧ])əwə", "uə", ps)  # "actually", "usually"
     ps = re.sub(r"ʔn$", "ʔn̩", ps)  # syllabic n: "certain", "button"
     ps = re.sub(r"u(?!ː)", "uː", ps)
