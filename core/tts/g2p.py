@@ -3,8 +3,8 @@
 trained on, so `phonemize()` output maps through a voice's phoneme_id_map as espeak's does.
 
 Words the lexicon lacks are built from a lexicon stem and a suffix rule ("-s", "-ed", "-ing",
-"-ly", ...), then from two lexicon words ("sunroof"), and are spelled out letter by letter
-only when neither works."""
+"-ly", ...), then from two lexicon words ("sunroof"), then read by letter-to-sound rules;
+acronyms ("NBA") and words with no vowel letter are spelled out."""
 import functools
 import json
 import re
@@ -135,13 +135,13 @@ def to_espeak(phonemes, word=""):
 
 def _stem_and_suffix(word, words):
     """misaki phonemes of an unlisted inflection or derivation, from a listed stem."""
-    rules = (("'s", ("",), "z"), ("s", ("", "e"), "z"), ("es", ("", "e"), "ᵻz"),
-             ("ies", ("y",), "z"), ("ed", ("", "e"), "d"), ("ied", ("y",), "d"),
+    rules = (("ies", ("y",), "z"), ("ied", ("y",), "d"), ("'s", ("",), "z"),
+             ("s", ("", "e"), "z"), ("es", ("", "e"), "ᵻz"), ("ed", ("", "e"), "d"),
              ("ing", ("", "e"), "ɪŋ"), ("ly", ("", "le"), "li"), ("er", ("", "e"), "əɹ"),
              ("est", ("", "e"), "ᵻst"), ("ness", ("",), "nəs"), ("ment", ("",), "mənt"),
              ("able", ("", "e"), "əbəl"), ("less", ("",), "ləs"), ("ful", ("",), "fəl"))
     for suffix, endings, ps in rules:
-        if not word.endswith(suffix) or len(word) - len(suffix) < 2:
+        if not word.endswith(suffix) or len(word) - len(suffix) < 3 or word.endswith("ss"):
             continue
         root = word[: -len(suffix)]
         candidates = [root + e for e in endings]
@@ -173,6 +173,66 @@ def _spell(word):
     return "".join(n.replace("ˈ", "ˌ") for n in names[:-1]) + (names[-1] if names else "")
 
 
+# Letter-to-sound rules for words the lexicon cannot build (names, coinages), in misaki's
+# symbols so `to_espeak` finishes them. Longest spelling first; a vowel is long before a
+# consonant and a final silent e ("luke"), short otherwise; the first vowel takes the stress
+# and later short vowels reduce to ə.
+_GRAPHEMES = {
+    "tch": "ʧ", "sch": "sk", "igh": "I", "ough": "O", "augh": "ɔ", "ch": "ʧ", "sh": "ʃ",
+    "th": "θ", "ph": "f", "wh": "w", "ck": "k", "ng": "ŋ", "qu": "kw", "gh": "", "dg": "ʤ",
+    "x": "ks", "j": "ʤ", "r": "ɹ", "y": "j", "ee": "i", "ea": "i", "oo": "u", "ou": "W",
+    "ow": "W", "oi": "Y", "oy": "Y", "ai": "A", "ay": "A", "au": "ɔ", "aw": "ɔ", "ei": "A",
+    "ey": "A", "oa": "O", "ew": "u", "ue": "u", "ie": "i", "ar": "ɑɹ", "or": "ɔɹ", "er": "ɜɹ",
+    "ir": "ɜɹ", "ur": "ɜɹ",
+}
+_SHORT = {"a": "æ", "e": "ɛ", "i": "ɪ", "o": "ɑ", "u": "ʌ", "y": "ɪ"}
+_LONG = {"a": "A", "e": "i", "i": "I", "o": "O", "u": "u", "y": "I"}
+_REDUCED = {"æ": "ə", "ɛ": "ə", "ɑ": "ə", "ʌ": "ə", "ɜ": "ə"}
+
+
+def _letters_to_sounds(word):
+    """misaki phonemes for a word by spelling rules alone, stress on the first vowel."""
+    w = word.lower()
+    w = w[:-1] if len(w) > 3 and w.endswith("e") and re.search("[aeiouy]", w[:-1]) else w
+    ps, i, n_vowels = [], 0, 0
+    while i < len(w):
+        ch = w[i]
+        if i + 1 < len(w) and w[i + 1] == ch and ch not in "aeiou":
+            i += 1  # a doubled consonant sounds once
+            continue
+        for size in (4, 3, 2):
+            chunk = w[i:i + size]
+            r_before_vowel = chunk[-1:] == "r" and w[i + size:i + size + 1] in tuple("aeiouyr")
+            if len(chunk) == size and chunk in _GRAPHEMES and not (chunk == "ey" and i) \
+                    and not (size == 2 and r_before_vowel):
+                sound, i = _GRAPHEMES[chunk], i + size
+                break
+        else:
+            nxt = w[i + 1:i + 2]
+            if ch in "aeiou" or (ch == "y" and i):
+                long = (i + 2 == len(w) and len(w) < len(word)) or \
+                    (i + 2 < len(w) and w[i + 1] not in "aeiouy" and w[i + 2] in "aeiouy") or \
+                    (i + 1 == len(w) and ch not in "ay")
+                sound = (_LONG if long else _SHORT)[ch]
+                if ch == "y" and i + 1 == len(w):
+                    sound = "i" if n_vowels else "I"
+            elif ch == "c":
+                sound = "s" if nxt in ("e", "i", "y") else "k"
+            elif ch == "g":
+                sound = "ʤ" if nxt in ("e", "i", "y") else "ɡ"
+            else:
+                sound = _GRAPHEMES.get(ch, ch if ch in "bdfhklmnpstvwz" else "")
+            i += 1
+        if sound and sound[0] in _MISAKI_VOWELS:
+            n_vowels += 1
+            if n_vowels == 1:
+                sound = "ˈ" + sound
+            else:
+                sound = _REDUCED.get(sound[0], sound[0]) + sound[1:]
+        ps.append(sound)
+    return "".join(ps)
+
+
 # Readings where misaki and espeak part and a number word is too common to leave to the rules.
 _OVERRIDES = {"thirteen": "θˈɜːtiːn", "fourteen": "fˈɔːɹtiːn", "fifteen": "fˈɪftiːn",
               "sixteen": "sˈɪkstiːn", "seventeen": "sˈɛvəntˌiːn", "eighteen": "ˈeɪtiːn",
@@ -193,7 +253,9 @@ def word_phonemes(word):
     found = _stem_and_suffix(lower, words) or _compound(lower, words)
     if found:
         return to_espeak(found, word)
-    return _spell(word)
+    if (word.isupper() and len(word) <= 5) or not re.search("[aeiouy]", lower):
+        return _spell(word)  # an acronym, or nothing to read
+    return to_espeak(_letters_to_sounds(word))
 
 
 # Words espeak leaves unstressed even alone; any other word alone in a clause gets a stress.
