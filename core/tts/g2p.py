@@ -269,7 +269,7 @@ _IN_SENTENCE = {"to": "tə", "i": "aɪ"}
 _RUN_TOGETHER = {("in", "the"): "ɪn", ("of", "the"): "ʌv", ("for", "the"): "fɚ",
                  ("with", "the"): "wɪð", ("from", "the"): "fɹʌm", ("on", "the"): "ɔn",
                  ("of", "a"): "əv", ("at", "a"): "æɾ", ("for", "a"): "fɚɹ"}
-_INITIAL_VOWEL = re.compile(f"^[ˈˌ]?[{_MISAKI_VOWELS}]|^[ˈˌ]?[ɚɐ]")
+_INITIAL_VOWEL = re.compile("^[ˈˌ]?[aeiouæɑɐɒɔəɚɛɜɪʊʌᵻ]")
 
 
 def _clause_words(words):
@@ -293,6 +293,10 @@ def _clause_words(words):
         ipa[0] = _stress(ipa[0].replace("ˈ", "ˌ"), secondary=True)
     elif len(words) == 1 and lower[0] not in _UNSTRESSED and "ˈ" not in ipa[0]:
         ipa[0] = _stress(ipa[0])
+    if len(words) > 1 and not any("ˈ" in p for p in ipa):  # a clause has a primary stress
+        first = next((i for i, p in enumerate(ipa) if "ˌ" in p), None)
+        if first is not None:
+            ipa[first] = ipa[first].replace("ˌ", "ˈ", 1)
     out = ""
     for i, w in enumerate(lower):
         nxt = lower[i + 1] if i + 1 < len(lower) else None
