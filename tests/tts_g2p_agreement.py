@@ -1,7 +1,8 @@
 """How often dasllama's lexicon G2P agrees with espeak-ng (piper-tts's bundled copy, GPL-3, a
 test tool only): exact-match rate and phoneme error rate on the most frequent English words
 (wordfreq's list, a pinned wheel) and on sentences after `normalize()`. A measurement, not a
-test: `python -m tests.tts_g2p_agreement [N_WORDS] [--show K]` prints the figures.
+test: `python -m tests.tts_g2p_agreement [N_WORDS] [--show K]` prints the figures (it needs
+`pip install msgpack` to read the word list).
 
 Symbols are counted as piper counts them: the NFD code points of the IPA string, one id each.
 """
