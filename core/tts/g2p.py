@@ -104,7 +104,7 @@ def to_espeak(phonemes, word=""):
         if word.lower().startswith("ex"):
             ps = re.sub(r"^([ˈˌ]?)ɪ(?=[kɡ])", r"\1ɛ", ps)
         if re.search(r"arr|ar[iay]", word.lower()):
-            ps = re.sub(r"ɛɹ(?=[" + _MISAKI_VOWELS + "])", "æɹ", ps, count=1)  # "carry"
+            ps = re.sub(r"ˈɛɹ(?=[" + _MISAKI_VOWELS + "])", "ˈæɹ", ps, count=1)  # "carry"
     vowel = "[" + _MISAKI_VOWELS + "]"
     ps = re.sub(r"ᵻst$", "ɪst", ps)  # "latest"
     ps = re.sub(r"(?<=[" + _MISAKI_VOWELS + "])tᵻd$", "ɾᵻd", ps)  # "treated"
