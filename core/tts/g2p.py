@@ -13,10 +13,9 @@ from importlib import resources
 from .text import normalize, sentences
 
 # misaki writes diphthongs and affricates as one letter; espeak writes them as two.
-_SYMBOLS = {"A": "eɪ", "I": "aɪ", "O": "oʊ", "W": "aʊ", "Y": "ɔɪ", "Q": "əʊ", "ʤ": "dʒ",
+_SYMBOLS = {"A": "eɪ", "I": "aɪ", "O": "oʊ", "W": "aʊ", "Y": "ɔɪ", "ʤ": "dʒ",
             "ʧ": "tʃ", "ᵊ": "ə"}
 _STRESS = "ˈˌ"
-_VOWELS = set("aeiouæɑɐɒɔəɚɛɜɪʊʌᵻAIOQWY")
 _LETTERS = {  # letter names, for spelling out what cannot be read
     "a": "ˈeɪ", "b": "bˈiː", "c": "sˈiː", "d": "dˈiː", "e": "ˈiː", "f": "ˈɛf", "g": "dʒˈiː",
     "h": "ˈeɪtʃ", "i": "ˈaɪ", "j": "dʒˈeɪ", "k": "kˈeɪ", "l": "ˈɛl", "m": "ˈɛm", "n": "ˈɛn",
@@ -94,42 +93,53 @@ def _drop_adjacent_secondary(ps):
     return "".join(ch for k, ch in enumerate(ps) if k not in drop)
 
 
+_V = f"[{_MISAKI_VOWELS}]"
+_C = f"[^ˈˌ{_MISAKI_VOWELS}]"
+# misaki -> espeak rewrites, in order; each is a regularity of espeak's en-us output.
+_RULES = tuple((re.compile(pattern), repl) for pattern, repl in (
+    (r"ᵻst$", "ɪst"),                            # "latest"
+    (rf"(?<={_V})tᵻd$", "ɾᵻd"),                  # "treated": flapped before -ed
+    (r"(?<=ə)ɾɪv$", "tˌɪv"),                     # "negative"
+    (rf"(?<![ˈˌ])i(?={_C}+ˈ)", "ɪ"),             # "prevent"
+    (rf"ɜɹ(?=[ˈˌ]?{_V})", "ɜːɹ"),                # "hurry"
+    (r"ɜɹ", "ɜː"),                               # "bird": espeak's NURSE has no r
+    (rf"(?<=[vf])əɹ(?={_V})", "ɹ"),              # "every", "different"
+    (rf"(?<![ˈˌ])əɹ(?=[ˈˌ]?{_V})", "ɚɹ"),        # "general", "around"
+    (r"(?<![ˈˌ])əɹ", "ɚ"),                       # "butter"
+    (rf"ʊɹ(?={_V})", "ʊɹɹ"),                     # "during"
+    (r"ɑɹ", "ɑːɹ"), (r"ɔɹ", "ɔːɹ"), (r"wˈɑn", "wˈɔn"),  # "car", "north", "want"
+    (r"ɑ(?!ː)", "ɑː"),                           # "lot"
+    (r"ɔ(?![ːɹɪŋnfsθ])", "ɔː"),                  # "thought", but "long", "off", "lost"
+    (r"n(?=[kɡ])", "ŋ"),                         # "include"
+    (rf"(?<![ˈˌ])i(?={_C}+ˌ)", "ɪ"),             # "anything"
+))
+_VOWEL_RULES = tuple((re.compile(pattern), repl) for pattern, repl in (
+    (r"(?<=[ˈˌ])i(?![əː])", "iː"),              # "see", but "really" keeps iə
+    (rf"iː(?={_V})", "iːʲ"),                     # "being": espeak's glide
+    (rf"(?<![ˈˌ])i(?=[ˈˌ]?{_V})", "ɪʲ"),         # "video", "reality"
+    (r"(?<=[ʃʒʤʧ])əwə", "uə"),                   # "actually", "usually"
+    (r"ʔn$", "ʔn̩"),                             # "certain", "button": syllabic n
+    (r"u(?!ː)", "uː"),
+    (r"ɜ(?!ː)", "ɜː"),
+))
+
+
 def to_espeak(phonemes, word=""):
-    """misaki US phonemes -> espeak-ng en-us IPA, symbol by symbol with the context rules
-    espeak's inventory needs (long vowels, r-coloured vowels, reduced vowels). `word`, the
-    spelling, lets reduced vowels follow it."""
+    """misaki US phonemes -> espeak-ng en-us IPA: the rules above, then symbol by symbol.
+    `word`, the spelling, lets reduced vowels follow it."""
     ps = _drop_adjacent_secondary(phonemes)
     if word:
         ps = _respell_reduced_vowels(word, ps)
         if word.lower().startswith("ex"):
             ps = re.sub(r"^([ˈˌ]?)ɪ(?=[kɡ])", r"\1ɛ", ps)
         if re.search(r"arr|ar[iay]", word.lower()):
-            ps = re.sub(r"ˈɛɹ(?=[" + _MISAKI_VOWELS + "])", "ˈæɹ", ps, count=1)  # "carry"
-    vowel = "[" + _MISAKI_VOWELS + "]"
-    ps = re.sub(r"ᵻst$", "ɪst", ps)  # "latest"
-    ps = re.sub(r"(?<=[" + _MISAKI_VOWELS + "])tᵻd$", "ɾᵻd", ps)  # "treated"
-    ps = re.sub(r"(?<=ə)ɾɪv$", "tˌɪv", ps)  # "negative"
-    ps = re.sub(r"(?<![ˈˌ])i(?=[^ˈˌ" + _MISAKI_VOWELS + "]+ˈ)", "ɪ", ps)  # "prevent"
-    ps = re.sub(r"ɜɹ(?=[ˈˌ]?" + vowel + ")", "ɜːɹ", ps)
-    ps = re.sub(r"ɜɹ", "ɜː", ps)
-    ps = re.sub(r"(?<=[vf])əɹ(?=" + vowel + ")", "ɹ", ps)
-    ps = re.sub(r"(?<![ˈˌ])əɹ(?=[ˈˌ]?" + vowel + ")", "ɚɹ", ps)
-    ps = re.sub(r"(?<![ˈˌ])əɹ", "ɚ", ps)
-    ps = re.sub(r"ʊɹ(?=" + vowel + ")", "ʊɹɹ", ps)
-    ps = ps.replace("ɑɹ", "ɑːɹ").replace("ɔɹ", "ɔːɹ").replace("wˈɑn", "wˈɔn")
-    ps = re.sub(r"ɑ(?!ː)", "ɑː", ps)
-    ps = re.sub(r"ɔ(?![ːɹɪŋnfsθ])", "ɔː", ps)
-    ps = re.sub(r"n(?=[kɡ])", "ŋ", ps)
-    ps = re.sub(r"(?<![ˈˌ])i(?=[^ˈˌ" + _MISAKI_VOWELS + "]+ˌ)", "ɪ", ps)  # "anything"
+            ps = re.sub(rf"ˈɛɹ(?={_V})", "ˈæɹ", ps, count=1)  # "carry"
+    for pattern, repl in _RULES:
+        ps = pattern.sub(repl, ps)
     if len(_NUCLEUS.findall(ps)) == 1:
-        ps = re.sub(r"i(?!ː)", "iː", ps)  # "be", "these"
-    ps = re.sub(r"(?<=[ˈˌ])i(?![əː])", "iː", ps)
-    ps = re.sub(r"iː(?=" + vowel + ")", "iːʲ", ps)
-    ps = re.sub(r"(?<![ˈˌ])i(?=[ˈˌ]?[" + _MISAKI_VOWELS + "])", "ɪʲ", ps)
-    ps = re.sub(r"(?<=[ʃʒʤʧ])əwə", "uə", ps)  # "actually", "usually"
-    ps = re.sub(r"ʔn$", "ʔn̩", ps)  # syllabic n: "certain", "button"
-    ps = re.sub(r"u(?!ː)", "uː", ps)
-    ps = re.sub(r"ɜ(?!ː)", "ɜː", ps)
+        ps = re.sub(r"i(?!ː)", "iː", ps)  # "be", "these": a lone syllable's i is long
+    for pattern, repl in _VOWEL_RULES:
+        ps = pattern.sub(repl, ps)
     return "".join(_SYMBOLS.get(ch, ch) for ch in ps)
 
 
