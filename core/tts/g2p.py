@@ -350,4 +350,9 @@ def phonemize(text, lang="en-us"):
     if not lang.lower().startswith("en"):
         raise ValueError(f"the lexicon G2P speaks English only, not {lang!r}; "
                          "use the espeak phonemizer for other languages")
-    return "".join(phonemize_sentence(normalize(s, lang)) for s in sentences(text))
+    out = ""
+    for sentence in sentences(text):
+        ipa = phonemize_sentence(normalize(sentence, lang))
+        # A sentence with no mark of its own (a heading, a line) is not run into the next.
+        out += (" " if out and out[-1] not in _SENTENCE_MARKS and ipa else "") + ipa
+    return out

@@ -41,7 +41,7 @@ _CURRENCIES = {  # symbol -> (unit, units, hundredth, hundredths)
     "$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
     "£": ("pound", "pounds", "penny", "pence"), "¥": ("yen", "yen", "sen", "sen"),
 }
-_SYMBOLS = {"&": " and ", "+": " plus ", "@": " at ", "=": " equals ", "#": " number "}
+_SYMBOLS = {"&": " and ", "+": " plus ", "@": " at ", "=": " equals "}
 # Characters kept after normalising: letters, apostrophes, hyphens and the punctuation a voice
 # pauses at. Everything else is unspeakable and dropped.
 _KEEP_PUNCT = set(".,!?;:'-\"")
@@ -193,11 +193,16 @@ def _english_numbers(text):
     units = "|".join(sorted((re.escape(u) for u in _UNITS), key=len, reverse=True))
     text = re.sub(rf"(?<![\w.])(-?{_NUM})\s?({units})(?![\w/])", _unit, text, flags=re.I)
     text = re.sub(r"\b(\d+)(st|nd|rd|th)\b", lambda m: ordinal(int(m.group(1))), text)
-    text = re.sub(r"\b(?:No|no)\.\s?(?=\d)", "number ", text)
+    text = re.sub(r"\b(?:No|no)\.\s?(?=\d)|#(?=\d)", "number ", text)
     # A bare four-digit number from 1100 to 2099 reads as a year ("in 1999"), others as amounts.
     text = re.sub(r"(?<![\d,.])(1[1-9]\d\d|20\d\d)(s?)(?!\d|,\d|\.\d)", _year_or_decade, text)
     text = re.sub(rf"(?<![\w.])([-−]?(?:{_NUM}))(?![\w])", lambda m: _number(m.group(1)), text)
     return text
+
+
+def _dotted_acronym(m):
+    # "U.S." -> "U S": read letter by letter; its last dot may also end the sentence.
+    return " ".join(m.group(1).replace(".", "").upper()) + _kept_stop(m)
 
 
 def _english_abbreviations(text):
@@ -207,6 +212,7 @@ def _english_abbreviations(text):
         text = re.sub(pattern, lambda m, long=long: (long if m.group(0)[0].islower()
                       else long[0].upper() + long[1:]) + _kept_stop_after(m, long), text,
                       flags=re.I)
+    text = re.sub(r"(?<![\w.])((?:[A-Za-z]\.){2,})(?!\w)", _dotted_acronym, text)
     return text
 
 
@@ -217,6 +223,7 @@ def _kept_stop_after(m, long):
 
 
 def _drop_unspeakable(text):
+    text = re.sub(r"(?<=\w\w)\.(?=[A-Za-z]{2})", " dot ", text)  # "llama.cpp", "example.com"
     for symbol, words in _SYMBOLS.items():
         text = text.replace(symbol, words)
     text = text.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')

@@ -81,6 +81,14 @@ def test_every_symbol_is_in_the_joe_voice():
     assert emitted - set(id_map) == set()
 
 
+def test_a_sentence_with_no_mark_is_not_run_into_the_next():
+    assert phonemize("Heading\n\nHello.") == "hˈɛdɪŋ həlˈoʊ."
+
+
+def test_nothing_speakable_gives_nothing():
+    assert phonemize("☺ … ##") == ""
+
+
 def test_english_only():
     with pytest.raises(ValueError, match="English only"):
         phonemize("hola", lang="es")

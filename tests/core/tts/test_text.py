@@ -48,6 +48,8 @@ def test_year(n, words):
     ("Bread, milk, etc.", "Bread, milk, et cetera."),
     ("It is 5 km away and weighs 1 kg.", "It is five kilometers away and weighs one kilogram."),
     ("Call me ☺ at #1 & more…", "Call me at number one and more"),
+    ("Made in the U.S. and run on llama.cpp.", "Made in the U S and run on llama dot cpp."),
+    ("# Heading", "Heading"),
 ])
 def test_normalize_english(text, spoken):
     assert normalize(text) == spoken
