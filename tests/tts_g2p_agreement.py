@@ -74,10 +74,9 @@ def edit_distance(a, b):
 
 def espeak():
     """text -> espeak-ng en-us IPA through piper's phonemizer, all sentences joined."""
-    from piper.phonemize_espeak import EspeakPhonemizer
+    from dasllama.core.tts.g2p import espeak_phonemizer
 
-    phonemizer = EspeakPhonemizer()
-    return lambda text: "".join("".join(s) for s in phonemizer.phonemize("en-us", text))
+    return espeak_phonemizer("en-us")
 
 
 def agreement(pairs):

@@ -356,3 +356,16 @@ def phonemize(text, lang="en-us"):
         # A sentence with no mark of its own (a heading, a line) is not run into the next.
         out += (" " if out and out[-1] not in _SENTENCE_MARKS and ipa else "") + ipa
     return out
+
+
+def espeak_phonemizer(voice="en-us"):
+    """text -> IPA through espeak-ng where a package bundles it (piper-tts): the exact phonemes
+    Piper voices were trained on, in any language espeak has. espeak-ng is GPL-3, so it is
+    imported only here, only when asked for; `phonemize` never needs it."""
+    try:
+        from piper.phonemize_espeak import EspeakPhonemizer
+    except ImportError as e:
+        raise RuntimeError("the espeak phonemizer needs espeak-ng, which piper-tts bundles: "
+                           "pip install piper-tts (GPL-3), or use the default lexicon G2P") from e
+    espeak = EspeakPhonemizer()
+    return lambda text: "".join("".join(s) for s in espeak.phonemize(voice, text))

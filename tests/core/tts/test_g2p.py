@@ -1,6 +1,8 @@
 """The lexicon G2P: espeak-ng's en-us IPA without espeak, checked against piper-tts's bundled
 espeak-ng (GPL-3, a test tool only) and against a Piper voice's phoneme inventory."""
 import json
+import subprocess
+import sys
 import unicodedata
 
 import pytest
@@ -87,6 +89,21 @@ def test_a_sentence_with_no_mark_is_not_run_into_the_next():
 
 def test_nothing_speakable_gives_nothing():
     assert phonemize("☺ … ##") == ""
+
+
+def test_espeak_phonemizer_is_piper_espeak(espeak):
+    from piper.phonemize_espeak import EspeakPhonemizer
+
+    text = "Hello, world! How are you?"
+    piper_ipa = "".join("".join(s) for s in EspeakPhonemizer().phonemize("en-us", text))
+    assert espeak(text) == piper_ipa
+
+
+def test_the_default_path_loads_no_espeak():
+    code = ("import sys; from dasllama.core.tts.g2p import phonemize; phonemize('Hello there.'); "
+            "print([m for m in sys.modules if 'piper' in m or 'espeak' in m])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"
 
 
 def test_english_only():
