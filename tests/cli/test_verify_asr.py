@@ -28,8 +28,8 @@ def fetch(f, *args):
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return fetch(whisper_assets.tiny_en)
+def tiny(tiny_en_dir):
+    return tiny_en_dir
 
 
 @pytest.fixture(scope="module")

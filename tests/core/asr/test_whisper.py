@@ -36,8 +36,8 @@ def _fetch(fetch, *args):
 
 
 @pytest.fixture(scope="module")
-def tiny_dir():
-    return _fetch(whisper_assets.tiny_en)
+def tiny_dir(tiny_en_dir):
+    return tiny_en_dir
 
 
 @pytest.fixture(scope="module")

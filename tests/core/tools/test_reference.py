@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from dasllama.core.tools.ref_llama import ReferenceError, find_reference
-from tests import assets
 
 PROMPT = "The capital of France is"
 
@@ -12,14 +11,6 @@ PROMPT = "The capital of France is"
 @pytest.fixture(scope="module")
 def ref(llama_bin):
     return find_reference(llama_bin)
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    try:
-        return assets.smollm2_q4_1()
-    except assets.AssetUnavailable as e:
-        pytest.skip(str(e))
 
 
 def test_a_dir_without_tools_is_an_error_that_says_how_to_get_them(tmp_path):
