@@ -5,3 +5,10 @@
     for rate, samples in synthesize("Hello there.", voice):
         ...
 """
+from .espeak import PhonemizerUnavailable, phonemize
+from .piper import PiperVoice, VoiceConfig, VoiceError, load_voice
+from .synth import PHONEMIZERS, SynthesisError, synthesize, to_int16
+from .vits import VitsError
+
+__all__ = ["load_voice", "synthesize", "to_int16", "phonemize", "PHONEMIZERS", "PiperVoice",
+           "VoiceConfig", "VoiceError", "VitsError", "SynthesisError", "PhonemizerUnavailable"]
