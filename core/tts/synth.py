@@ -18,6 +18,11 @@ class SynthesisError(ValueError):
     """The text cannot be spoken (empty, nothing speakable, an unknown phonemizer)."""
 
 
+def _is_sound(phoneme):
+    """A phoneme that makes a sound: a letter (IPA's are), not punctuation or a space."""
+    return unicodedata.category(phoneme[0]).startswith("L")
+
+
 def sentence_phonemes(text, voice, phonemizer=None):
     """Text -> [[phoneme, ...] per sentence] the way the voice's config asks."""
     if not text or not text.strip():
@@ -37,7 +42,7 @@ def sentence_phonemes(text, voice, phonemizer=None):
             raise SynthesisError(f"unknown phonemizer {name!r}: choose one of "
                                  f"{', '.join(sorted(PHONEMIZERS))}.")
     known = voice.config.phoneme_id_map
-    sentences = [s for s in sentences if any(p in known and not p.isspace() for p in s)]
+    sentences = [s for s in sentences if any(p in known and _is_sound(p) for p in s)]
     if not sentences:
         raise SynthesisError("the text has nothing speakable in it (no letters the voice knows).")
     return sentences
