@@ -45,6 +45,8 @@ def _diagnose(path, head):
         return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
     if head[:4] == b"GGUF":
         return f"{path} is a GGUF file, not an ONNX model."
+    if head[:4] == b"RIFF" or head[:4] in (b"fLaC", b"OggS"):
+        return f"{path} is an audio file, not an ONNX model."
     if head.lstrip().startswith((b"{", b"[")):
         return f"{path} is a JSON file, not an ONNX model (pass the .onnx beside it)."
     return f"{path} is not an ONNX model (it does not parse as one)."

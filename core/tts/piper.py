@@ -5,11 +5,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from threadpoolctl import ThreadpoolController
+
 from dasllama.formats import onnx as onnx_file
 
 from .vits import Vits, VitsError
 
 BOS, EOS, PAD = "^", "$", "_"
+_BLAS = ThreadpoolController()
 
 
 class VoiceError(ValueError):
@@ -51,8 +54,9 @@ class VoiceConfig:
 class PiperVoice:
     """A loaded voice: its config and its network."""
 
-    def __init__(self, path, config, net):
+    def __init__(self, path, config, net, n_threads=None):
         self.path, self.config, self.net = Path(path), config, net
+        self.n_threads = n_threads          # BLAS threads for the network (None: all cores)
 
     @property
     def sample_rate(self):
@@ -87,14 +91,15 @@ class PiperVoice:
     def audio(self, ids, noise_scale=None, length_scale=None, noise_w=None, speaker=None, seed=None):
         """Phoneme ids -> float32 waveform (unnormalised, as the network gives it)."""
         c = self.config
-        return self.net.infer(ids, c.noise_scale if noise_scale is None else noise_scale,
-                              c.length_scale if length_scale is None else length_scale,
-                              c.noise_w if noise_w is None else noise_w,
-                              self.speaker_id(speaker), seed)
+        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
+            return self.net.infer(ids, c.noise_scale if noise_scale is None else noise_scale,
+                                  c.length_scale if length_scale is None else length_scale,
+                                  c.noise_w if noise_w is None else noise_w,
+                                  self.speaker_id(speaker), seed)
 
 
-def load_voice(path):
-    """Load `voice.onnx` and the `voice.onnx.json` beside it."""
+def load_voice(path, n_threads=None):
+    """Load `voice.onnx` and the `voice.onnx.json` beside it; n_threads: BLAS threads."""
     path = Path(path)
     if path.suffix == ".json" and path.with_suffix("").suffix == ".onnx":
         path = path.with_suffix("")
@@ -112,4 +117,4 @@ def load_voice(path):
     if not config_path.is_file():
         raise VoiceError(f"{path.name} has no config beside it: Piper voices need {config_path} "
                          "(download the .onnx.json with the .onnx).")
-    return PiperVoice(path, VoiceConfig.from_json(config_path), net)
+    return PiperVoice(path, VoiceConfig.from_json(config_path), net, n_threads)
