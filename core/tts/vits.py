@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dasllama.kernels.tts.ops import conv1d, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
+from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
 
 class VitsError(ValueError):
@@ -19,7 +19,7 @@ class VitsError(ValueError):
 
 @dataclass
 class Conv:
-    weight: np.ndarray     # (C_out, C_in / groups, K); ConvTranspose: (C_in, C_out, K)
+    weight: np.ndarray     # conv: taps (K, C_out, C_in / groups); ConvTranspose: (C_in, C_out, K)
     bias: np.ndarray       # (C_out,) or None
     pads: tuple            # (left, right)
     dilation: int
@@ -55,7 +55,8 @@ def read_convs(onnx_model):
         a = node.attrs
         bias = onnx_model.weights.get(node.inputs[2]) if len(node.inputs) > 2 else None
         pads = tuple(a.get("pads", [0, 0]))
-        convs[name] = Conv(onnx_model.weights[node.inputs[1]].astype(np.float32),
+        weight = onnx_model.weights[node.inputs[1]].astype(np.float32)
+        convs[name] = Conv(weight if node.op == "ConvTranspose" else conv_taps(weight),
                            None if bias is None else bias.astype(np.float32),
                            pads, a.get("dilations", [1])[0], a.get("strides", [1])[0],
                            a.get("group", 1), node.op == "ConvTranspose")
@@ -104,6 +105,11 @@ class Vits:
         self.rel_k = [w[f"enc_p.encoder.attn_layers.{i}.emb_rel_k"][0] for i in range(self.n_layers)]
         self.rel_v = [w[f"enc_p.encoder.attn_layers.{i}.emb_rel_v"][0] for i in range(self.n_layers)]
         self.n_heads = self.hidden // self.rel_k[0].shape[1]
+        for i in range(self.n_layers):   # the export pads the FFN's input with a Pad node
+            for c in ("conv_1", "conv_2"):
+                conv = self.convs[f"enc_p.encoder.ffn_layers.{i}.{c}"]
+                k = conv.weight.shape[0]
+                conv.pads = ((k - 1) // 2, k // 2)
         self.norms = {k[: -len(".gamma")]: (w[k].astype(np.float32), w[k[:-6] + ".beta"].astype(np.float32))
                       for k in w if k.endswith(".gamma")}
         self.dp_flows = sorted((int(k.split(".")[2]) for k in self.convs
@@ -151,10 +157,7 @@ class Vits:
 
     def ffn(self, i, x):
         p = f"enc_p.encoder.ffn_layers.{i}"
-        c1, c2 = self.convs[p + ".conv_1"], self.convs[p + ".conv_2"]
-        k = c1.weight.shape[2]
-        y = np.maximum(conv1d(x, c1.weight, c1.bias, ((k - 1) // 2, k // 2)), 0.0)
-        return conv1d(y, c2.weight, c2.bias, ((k - 1) // 2, k // 2))
+        return self.convs[p + ".conv_2"](np.maximum(self.convs[p + ".conv_1"](x), 0.0))
 
     def encode(self, ids):
         """Phoneme ids -> (hidden states, prior mean, prior log-std), each (channels, n_ids)."""
@@ -186,7 +189,7 @@ class Vits:
         h = self.convs[p + ".proj"](self.dds_conv(p + ".convs", pre(z[:1]), cond))
         n_bins = (h.shape[0] + 1) // 3
         h = h.T                                                    # (n_ids, 3 * n_bins - 1)
-        scale = math.sqrt(pre.weight.shape[0])
+        scale = math.sqrt(pre.weight.shape[1])
         z1 = rq_spline_inverse(z[1], h[:, :n_bins] / scale, h[:, n_bins:2 * n_bins] / scale,
                                h[:, 2 * n_bins:])
         return np.stack([z[0], z1])

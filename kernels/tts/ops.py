@@ -19,22 +19,27 @@ TAIL_BOUND = 5.0           # ConvFlow's tail_bound
 SEARCH_EPS = 1e-6          # searchsorted's nudge of the last bin edge
 
 
-def conv1d(x, weight, bias, pads, dilation=1, groups=1):
-    """x (C_in, T), weight (C_out, C_in / groups, K) -> (C_out, T + pads - dilation * (K - 1))."""
-    c_out, _, k = weight.shape
-    if pads[0] or pads[1]:
-        x = np.pad(x, ((0, 0), (pads[0], pads[1])))
+def conv_taps(weight):
+    """A conv weight (C_out, C_in / groups, K) as contiguous taps (K, C_out, C_in / groups):
+    BLAS takes a tap only when its rows are contiguous (numpy's own loop is ~20x slower)."""
+    return np.ascontiguousarray(weight.transpose(2, 0, 1), dtype=np.float32)
+
+
+def conv1d(x, taps, bias, pads, dilation=1, groups=1):
+    """x (C_in, T), taps (K, C_out, C_in / groups) -> (C_out, T + pads - dilation * (K - 1))."""
+    k, c_out, c_group = taps.shape
+    x = np.pad(x, ((0, 0), (pads[0], pads[1]))) if pads[0] or pads[1] else np.ascontiguousarray(x)
     n_out = x.shape[1] - dilation * (k - 1)
     if groups == 1:
-        out = weight[:, :, 0] @ x[:, :n_out]
+        out = taps[0] @ x[:, :n_out]
         for tap in range(1, k):
-            out += weight[:, :, tap] @ x[:, tap * dilation:tap * dilation + n_out]
-    elif groups == c_out and weight.shape[1] == 1:          # depth-wise
-        out = weight[:, 0, :1] * x[:, :n_out]
+            out += taps[tap] @ x[:, tap * dilation:tap * dilation + n_out]
+    elif groups == c_out and c_group == 1:                    # depth-wise
+        out = taps[0] * x[:, :n_out]
         for tap in range(1, k):
-            out += weight[:, 0, tap:tap + 1] * x[:, tap * dilation:tap * dilation + n_out]
+            out += taps[tap] * x[:, tap * dilation:tap * dilation + n_out]
     else:
-        raise ValueError(f"grouped conv with {groups} groups of {weight.shape[1]} is not supported")
+        raise ValueError(f"grouped conv with {groups} groups of {c_group} is not supported")
     if bias is not None:
         out += bias[:, None]
     return out
