@@ -2,6 +2,8 @@
 The config's phoneme id map turns phonemes into the ids the network reads, framed as piper's
 phoneme_ids.py frames them: BOS, then each phoneme's ids followed by the pad id, then EOS."""
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +58,10 @@ class PiperVoice:
 
     def __init__(self, path, config, net, n_threads=None):
         self.path, self.config, self.net = Path(path), config, net
-        self.n_threads = n_threads          # BLAS threads for the network (None: all cores)
+        # the decoder's time chunks run on this pool, one BLAS thread each: OpenBLAS's own
+        # threads split small products badly and spin between them
+        self.n_threads = max(1, int(n_threads or os.cpu_count() or 1))
+        self.pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
 
     @property
     def sample_rate(self):
@@ -91,15 +96,15 @@ class PiperVoice:
     def audio(self, ids, noise_scale=None, length_scale=None, noise_w=None, speaker=None, seed=None):
         """Phoneme ids -> float32 waveform (unnormalised, as the network gives it)."""
         c = self.config
-        with _BLAS.limit(limits=self.n_threads, user_api="blas"):
+        with _BLAS.limit(limits=1, user_api="blas"):
             return self.net.infer(ids, c.noise_scale if noise_scale is None else noise_scale,
                                   c.length_scale if length_scale is None else length_scale,
                                   c.noise_w if noise_w is None else noise_w,
-                                  self.speaker_id(speaker), seed)
+                                  self.speaker_id(speaker), seed, self.pool, self.n_threads)
 
 
 def load_voice(path, n_threads=None):
-    """Load `voice.onnx` and the `voice.onnx.json` beside it; n_threads: BLAS threads."""
+    """Load `voice.onnx` and the `voice.onnx.json` beside it; n_threads: threads (default: all cores)."""
     path = Path(path)
     if path.suffix == ".json" and path.with_suffix("").suffix == ".onnx":
         path = path.with_suffix("")

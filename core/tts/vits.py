@@ -13,6 +13,13 @@ import numpy as np
 from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
 
+# Latent frames of context either side of a decoder chunk: more than HiFi-GAN's receptive
+# field (conv_pre 3 frames, the upsampling convs ~1, the resblocks ~6.5 at 8 samples per
+# frame and less after), so the cropped chunks join into exactly the whole decode.
+DECODE_HALO = 16
+MIN_CHUNK = 32
+
+
 class VitsError(ValueError):
     """The ONNX file is not a VITS voice this engine can run."""
 
@@ -279,8 +286,27 @@ class Vits:
         frames = np.ceil(np.exp(logw) * length_scale).astype(np.int64)
         return (m_p, logs_p), frames
 
-    def infer(self, ids, noise_scale=0.667, length_scale=1.0, noise_w=0.8, sid=0, seed=None):
-        """Phoneme ids -> float32 waveform in [-1, 1] at the voice's rate."""
+    def decode_chunks(self, z, pool, n_chunks):
+        """decode() over n_chunks spans of frames at once on `pool` (threads: BLAS and numpy
+        release the GIL), each with DECODE_HALO frames of context, cropped and joined."""
+        n_frames = z.shape[1]
+        n_chunks = max(1, min(n_chunks, n_frames // MIN_CHUNK))
+        if pool is None or n_chunks == 1:
+            return self.decode(z)
+        hop = int(np.prod([self.convs[f"dec.ups.{i}"].stride for i in range(self.n_ups)]))
+        bounds = np.linspace(0, n_frames, n_chunks + 1).astype(int)
+
+        def chunk(i):
+            a, b = bounds[i], bounds[i + 1]
+            lo, hi = max(0, a - DECODE_HALO), min(n_frames, b + DECODE_HALO)
+            wav = self.decode(np.ascontiguousarray(z[:, lo:hi]))
+            return wav[(a - lo) * hop:(b - lo) * hop]
+        return np.concatenate(list(pool.map(chunk, range(n_chunks))))
+
+    def infer(self, ids, noise_scale=0.667, length_scale=1.0, noise_w=0.8, sid=0, seed=None,
+              pool=None, n_chunks=1):
+        """Phoneme ids -> float32 waveform in [-1, 1] at the voice's rate; the decoder runs in
+        n_chunks pieces on `pool` when one is given."""
         rng = np.random.default_rng(seed)
         g = self.speaker(sid)
         (m_p, logs_p), frames = self.durations(ids, length_scale, noise_w, sid, rng)
@@ -292,4 +318,6 @@ class Vits:
             noise = rng.standard_normal(m.shape).astype(np.float32)
             z_p = m + noise * np.exp(np.repeat(logs_p, frames, axis=1)) * noise_scale
         z = self.flow_reverse(np.ascontiguousarray(z_p, dtype=np.float32), g)
-        return self.decode(z, g).astype(np.float32)
+        if g is not None:
+            return self.decode(z, g).astype(np.float32)
+        return self.decode_chunks(z, pool, n_chunks).astype(np.float32)
