@@ -73,7 +73,8 @@ def gelu(x):
 
 
 def leaky_relu(x, slope):
-    return np.where(x >= 0, x, x * np.float32(slope))
+    """max(x, slope * x): the leaky ReLU for 0 < slope < 1, in two passes instead of where's four."""
+    return np.maximum(x, x * np.float32(slope))
 
 
 @njit(**JIT)
