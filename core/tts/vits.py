@@ -308,27 +308,37 @@ class Vits:
         frames = np.ceil(np.exp(logw) * length_scale).astype(np.int64)
         return (m_p, logs_p), frames
 
-    def decode_chunks(self, z, pool, n_chunks):
-        """decode() over n_chunks spans of frames at once on `pool` (threads: BLAS and numpy
-        release the GIL), each with DECODE_HALO frames of context, cropped and joined."""
-        n_frames = z.shape[1]
+    def flow_reach(self):
+        """Frames of context either side the reversed flow reads: its WaveNet convs' half-widths."""
+        return sum(c.dilation * (c.weight.shape[0] - 1) // 2 for name, c in self.convs.items()
+                   if name.startswith("flow.flows.") and ".in_layers." in name)
+
+    def latent_to_audio(self, z_p, g=None, pool=None, n_chunks=1):
+        """flow_reverse then decode, over n_chunks spans of frames at once on `pool` (threads:
+        BLAS and numpy release the GIL). Each span runs the flow with the flow's reach plus
+        DECODE_HALO frames of context and the decoder with DECODE_HALO, and is cropped, so
+        the spans join into the whole utterance's waveform."""
+        n_frames = z_p.shape[1]
         n_chunks = max(1, min(n_chunks, n_frames // MIN_CHUNK))
         if pool is None or n_chunks == 1:
-            return self.decode(z)
+            return self.decode(self.flow_reverse(z_p, g), g)
         hop = int(np.prod([self.convs[f"dec.ups.{i}"].stride for i in range(self.n_ups)]))
         bounds = np.linspace(0, n_frames, n_chunks + 1).astype(int)
+        halo = self.flow_reach() + DECODE_HALO
 
         def chunk(i):
             a, b = bounds[i], bounds[i + 1]
-            lo, hi = max(0, a - DECODE_HALO), min(n_frames, b + DECODE_HALO)
-            wav = self.decode(np.ascontiguousarray(z[:, lo:hi]))
-            return wav[(a - lo) * hop:(b - lo) * hop]
+            lo, hi = max(0, a - halo), min(n_frames, b + halo)
+            z = self.flow_reverse(np.ascontiguousarray(z_p[:, lo:hi]), g)
+            d_lo, d_hi = max(0, a - DECODE_HALO), min(n_frames, b + DECODE_HALO)
+            wav = self.decode(np.ascontiguousarray(z[:, d_lo - lo:d_hi - lo]), g)
+            return wav[(a - d_lo) * hop:(b - d_lo) * hop]
         return np.concatenate(list(pool.map(chunk, range(n_chunks))))
 
     def infer(self, ids, noise_scale=0.667, length_scale=1.0, noise_w=0.8, sid=0, seed=None,
               pool=None, n_chunks=1):
         """Phoneme ids -> float32 waveform in [-1, 1] at the voice's rate; the decoder runs in
-        n_chunks pieces on `pool` when one is given."""
+        n_chunks pieces on `pool` when one is given (flow and decoder)."""
         rng = np.random.default_rng(seed)
         g = self.speaker(sid)
         (m_p, logs_p), frames = self.durations(ids, length_scale, noise_w, sid, rng)
@@ -339,7 +349,5 @@ class Vits:
         if noise_scale:
             noise = rng.standard_normal(m.shape).astype(np.float32)
             z_p = m + noise * np.exp(np.repeat(logs_p, frames, axis=1)) * noise_scale
-        z = self.flow_reverse(np.ascontiguousarray(z_p, dtype=np.float32), g)
-        if g is not None:
-            return self.decode(z, g).astype(np.float32)
-        return self.decode_chunks(z, pool, n_chunks).astype(np.float32)
+        z_p = np.ascontiguousarray(z_p, dtype=np.float32)
+        return self.latent_to_audio(z_p, g, pool, n_chunks).astype(np.float32)

@@ -77,17 +77,17 @@ def test_durations_follow_length_scale(voice, reference):
 
 
 @pytest.mark.slow
-def test_decoder_chunks_and_tiles_join_into_the_whole_decode(voice, reference, monkeypatch):
+def test_threaded_chunks_and_tiles_join_into_the_whole_utterance(voice, reference, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
     from dasllama.core.tts import vits
     ids = reference.phonemes_to_ids(reference.phonemize(SENTENCES[1])[0])
     (m_p, _), frames = voice.net.durations(ids, noise_w=0.0)
-    z = voice.net.flow_reverse(np.ascontiguousarray(np.repeat(m_p, frames, axis=1)))
+    z_p = np.ascontiguousarray(np.repeat(m_p, frames, axis=1))
     monkeypatch.setattr(vits, "RESBLOCK_TILE", 1 << 30)
-    whole = voice.net.decode(z)
+    whole = voice.net.latent_to_audio(z_p)
     monkeypatch.setattr(vits, "RESBLOCK_TILE", 1000)
     with ThreadPoolExecutor(3) as pool:
-        pieces = voice.net.decode_chunks(z, pool, 3)
+        pieces = voice.net.latent_to_audio(z_p, pool=pool, n_chunks=3)
     assert pieces.shape == whole.shape
     assert np.abs(pieces - whole).max() < 1e-5
 
