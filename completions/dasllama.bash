@@ -5,11 +5,11 @@ _dasllama() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd= i
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            generate|transcribe|tune|bench|verify) cmd=${COMP_WORDS[i]}; break ;;
+            generate|transcribe|speak|tune|bench|verify) cmd=${COMP_WORDS[i]}; break ;;
         esac
     done
     if [[ -z $cmd ]]; then
-        COMPREPLY=($(compgen -W "generate transcribe tune bench verify --version -h --help" -- "$cur"))
+        COMPREPLY=($(compgen -W "generate transcribe speak tune bench verify --version -h --help" -- "$cur"))
         return
     fi
     case $cmd:$prev in
@@ -27,6 +27,12 @@ _dasllama() {
             COMPREPLY=(); return ;;
         transcribe:--task)
             COMPREPLY=($(compgen -W "transcribe translate" -- "$cur")); return ;;
+        speak:-m|speak:--model|speak:-f|speak:--file|speak:-o|speak:--output-file)
+            COMPREPLY=(); compopt -o default; return ;;
+        speak:-s|speak:--speaker|speak:--speed|speak:--length-scale|speak:--noise-scale|speak:--noise-w|speak:--noise-w-scale|speak:--sentence-silence|speak:-t|speak:--threads)
+            COMPREPLY=(); return ;;
+        speak:--phonemizer)
+            COMPREPLY=($(compgen -W "espeak" -- "$cur")); return ;;
         tune:-m|tune:--model)
             COMPREPLY=(); compopt -o default; return ;;
         tune:--budget|tune:-t|tune:--threads)
@@ -59,6 +65,7 @@ _dasllama() {
         case $cmd in
             generate) opts="-m --model -p --prompt -f --file -n --n-predict -c --ctx-size -t --threads -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n -s --seed --chat -sys --system-prompt --ignore-eos --json -q --quiet -h --help" ;;
             transcribe) opts="-m --model -f --format -o --output-dir -l --language --task -nt --no-timestamps -t --threads -q --quiet -h --help" ;;
+            speak) opts="-m --model -f --file -o --output-file --output-raw -s --speaker --speed --length-scale --noise-scale --noise-w --noise-w-scale --sentence-silence --phonemizer -t --threads -q --quiet -h --help" ;;
             tune) opts="-m --model --budget -t --threads --show --reset --force --no-warm -h --help" ;;
             bench) opts="-m --model --asr -p --n-prompt -n --n-gen -r --repetitions -t --threads -o --output --ref --ref-bin --ref-model --wait-idle --receipt -l --language --task -nt --no-timestamps -h --help" ;;
             verify) opts="-m --model --asr -p --prompt -n --n-predict --ref --ref-bin --ref-model -t --threads -c --ctx-size --tie-gap --drift-bound --layers --no-layers -l --language --task -nt --no-timestamps --strict --json -h --help" ;;

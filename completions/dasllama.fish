@@ -1,12 +1,13 @@
 # fish completion for dasllama 0.1.0: every command and flag of `dasllama COMMAND --help`.
 # Static, so a TAB does not start Python; update it with the commands' flags.
 # Install it as ~/.config/fish/completions/dasllama.fish.
-set -l commands generate transcribe tune bench verify
+set -l commands generate transcribe speak tune bench verify
 complete -c dasllama -f
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -l version -d 'Show the version and exit'
 complete -c dasllama -s h -l help -d 'Show the help and exit'
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a generate -d 'Generate text from PROMPT with a GGUF model, streaming it to stdout'
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a transcribe -d 'Transcribe AUDIO files (wav, flac, ogg, mp3; \'-\' for stdin) with a Whisper model'
+complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a speak -d 'Speak TEXT (or -f FILE, or stdin) with a Piper voice, as WAV or raw PCM'
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a tune -d 'Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)'
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a bench -d 'Measure prompt (pp) and generation (tg) speed as llama-bench does'
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a verify -d 'Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts, or (--asr)...'
@@ -42,6 +43,21 @@ complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -o nt -l no-tim
 complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s t -l threads -x -d 'Threads (default: all cores)'
 complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s q -l quiet -d 'No timings or progress on stderr'
 complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -F
+
+# speak
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -s m -l model -r -F -d 'Piper voice .onnx (its .onnx.json beside it)'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -s f -l file -r -F -d 'Read the text from FILE (\'-\' for stdin), one utterance per line'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -s o -l output-file -r -F -d 'Write a WAV file (\'-\' for stdout)'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l output-raw -d 'Stream raw s16le mono PCM to stdout (the sample rate goes to stderr)'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -s s -l speaker -x -d 'Speaker id or name (multi-speaker voices)'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l speed -x -d 'Speaking rate: 2 is twice as fast'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l length-scale -x -d 'Phoneme length, as piper names it (overrides --speed)'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l noise-scale -x -d 'Generator noise'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l noise-w -l noise-w-scale -x -d 'Phoneme width noise'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l sentence-silence -x -d 'Seconds of silence after each sentence'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l phonemizer -x -a 'espeak' -d 'Text to phonemes'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -s t -l threads -x -d 'Threads (default: all cores)'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -s q -l quiet -d 'No timings on stderr'
 
 # tune
 complete -c dasllama -n '__fish_seen_subcommand_from tune' -s m -l model -r -F -d 'GGUF model to tune for: its weight formats and shapes (default: the installed default m...'

@@ -42,6 +42,25 @@ _dasllama_transcribe() {
         '*:audio file:_files'
 }
 
+_dasllama_speak() {
+    _arguments -S \
+        '(-m --model)'{-m,--model}'[Piper voice .onnx (its .onnx.json beside it)]:model:_files' \
+        '(-f --file)'{-f,--file}'[Read the text from FILE, one utterance per line]:file:_files' \
+        '(-o --output-file)'{-o,--output-file}'[Write a WAV file (- for stdout)]:output-file:_files' \
+        '--output-raw[Stream raw s16le mono PCM to stdout (the sample rate goes to stderr)]' \
+        '(-s --speaker)'{-s,--speaker}'[Speaker id or name (multi-speaker voices)]:speaker: ' \
+        '--speed[Speaking rate\: 2 is twice as fast]:speed: ' \
+        '--length-scale[Phoneme length, as piper names it (overrides --speed)]:length-scale: ' \
+        '--noise-scale[Generator noise]:noise-scale: ' \
+        '(--noise-w --noise-w-scale)'{--noise-w,--noise-w-scale}'[Phoneme width noise]:noise-w: ' \
+        '--sentence-silence[Seconds of silence after each sentence]:sentence-silence: ' \
+        '--phonemizer[Text to phonemes]:phonemizer:(espeak)' \
+        '(-t --threads)'{-t,--threads}'[Threads (default\: all cores)]:threads: ' \
+        '(-q --quiet)'{-q,--quiet}'[No timings on stderr]' \
+        '(- *)'{-h,--help}'[Show the help and exit]' \
+        '*:text: '
+}
+
 _dasllama_tune() {
     _arguments -S \
         '(-m --model)'{-m,--model}'[GGUF model to tune for\: its weight formats and shapes (default\: the installed default m...]:model:_files' \
@@ -103,6 +122,7 @@ _dasllama() {
     commands=(
         'generate:Generate text from PROMPT with a GGUF model, streaming it to stdout'
         'transcribe:Transcribe AUDIO files (wav, flac, ogg, mp3; '\''-'\'' for stdin) with a Whisper model'
+        'speak:Speak TEXT (or -f FILE, or stdin) with a Piper voice, as WAV or raw PCM'
         'tune:Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)'
         'bench:Measure prompt (pp) and generation (tg) speed as llama-bench does'
         'verify:Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts, or (--asr)...'
@@ -117,7 +137,7 @@ _dasllama() {
         command) _describe -t commands 'dasllama command' commands ;;
         argument)
             case $words[1] in
-                generate|transcribe|tune|bench|verify) _dasllama_$words[1] ;;
+                generate|transcribe|speak|tune|bench|verify) _dasllama_$words[1] ;;
             esac ;;
     esac
 }

@@ -9,6 +9,7 @@ import click
 
 from .bench import bench_cmd
 from .generate import generate_cmd
+from .speak import speak_cmd
 from .transcribe import transcribe_cmd
 from .tune import tune_cmd
 from .verify import verify_cmd
@@ -90,6 +91,7 @@ def cli():
 
 cli.add_command(generate_cmd, "generate")
 cli.add_command(transcribe_cmd, "transcribe")
+cli.add_command(speak_cmd, "speak")
 cli.add_command(verify_cmd, "verify")
 cli.add_command(bench_cmd, "bench")
 cli.add_command(tune_cmd, "tune")

@@ -1,5 +1,5 @@
 """The layering rule of docs/ARCHITECTURE.md, read off every module's imports: data flows
-dasllama_cli -> core -> kernels, files are read by formats, the products (core/llm, core/asr)
+dasllama_cli -> core -> kernels, files are read by formats, the products (core/llm, core/asr, core/tts)
 share core/runtime and kernels but never import each other, and the engine never imports a
 tool (verify, bench, the reference runners)."""
 import ast
@@ -15,9 +15,10 @@ PACKAGES = {"dasllama_cli": "dasllama_cli", "core": "dasllama.core", "kernels": 
 FORBIDDEN = {
     "dasllama.kernels": ("dasllama.core", "dasllama_cli", "dasllama.formats"),
     "dasllama.formats": ("dasllama.core", "dasllama.kernels", "dasllama_cli"),
-    "dasllama.core.runtime": ("dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tools", "dasllama_cli"),
-    "dasllama.core.llm": ("dasllama.core.asr", "dasllama.core.tools", "dasllama_cli"),
-    "dasllama.core.asr": ("dasllama.core.llm", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.runtime": ("dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.llm": ("dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.asr": ("dasllama.core.llm", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.tts": ("dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tools", "dasllama_cli"),
     "dasllama.core.tools": ("dasllama_cli",),
 }
 

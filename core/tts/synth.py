@@ -1,0 +1,77 @@
+"""Text to audio, sentence by sentence: phonemize, frame as ids, run the voice, yield.
+
+The phonemizer is a seam: `PHONEMIZERS` maps a name to a function (text, lang) -> a list of
+sentences, each a list of phonemes. espeak is the one there today; a permissive G2P registers
+itself beside it.
+"""
+import unicodedata
+
+import numpy as np
+
+from . import espeak
+
+PHONEMIZERS = {"espeak": espeak.phonemize}
+DEFAULT_PHONEMIZER = "espeak"
+
+
+class SynthesisError(ValueError):
+    """The text cannot be spoken (empty, nothing speakable, an unknown phonemizer)."""
+
+
+def _is_sound(phoneme):
+    """A phoneme that makes a sound: a letter (IPA's are), not punctuation or a space."""
+    return unicodedata.category(phoneme[0]).startswith("L")
+
+
+def sentence_phonemes(text, voice, phonemizer=None):
+    """Text -> [[phoneme, ...] per sentence] the way the voice's config asks."""
+    if not text or not text.strip():
+        raise SynthesisError("no text to speak: pass some words.")
+    if voice.config.phoneme_type == "text":
+        sentences = [list(unicodedata.normalize("NFD", text))]
+    elif voice.config.phoneme_type != "espeak":
+        raise SynthesisError(f"{voice.path.name} wants {voice.config.phoneme_type!r} phonemes, "
+                             "which this engine has no phonemizer for.")
+    else:
+        name = phonemizer or DEFAULT_PHONEMIZER
+        if callable(name):
+            sentences = name(text, voice.config.espeak_voice)
+        elif name in PHONEMIZERS:
+            sentences = PHONEMIZERS[name](text, voice.config.espeak_voice)
+        else:
+            raise SynthesisError(f"unknown phonemizer {name!r}: choose one of "
+                                 f"{', '.join(sorted(PHONEMIZERS))}.")
+    known = voice.config.phoneme_id_map
+    sentences = [s for s in sentences if any(p in known and _is_sound(p) for p in s)]
+    if not sentences:
+        raise SynthesisError("the text has nothing speakable in it (no letters the voice knows).")
+    return sentences
+
+
+def synthesize(text, voice, speed=1.0, noise_scale=None, noise_w=None, speaker=None,
+               sentence_silence=0.0, length_scale=None, phonemizer=None, normalize=True, seed=None):
+    """Yield (sample_rate, float32 samples in [-1, 1]) per sentence of `text`.
+
+    speed: 2.0 speaks twice as fast (length_scale = the voice's / speed), unless length_scale
+    is given; noise_scale, noise_w: piper's names, None for the voice's defaults; speaker: a
+    name or id on multi-speaker voices; sentence_silence: seconds of silence after each
+    sentence; normalize: scale each sentence to full range as piper does."""
+    if speed <= 0:
+        raise SynthesisError(f"speed must be positive, not {speed}.")
+    if length_scale is None:
+        length_scale = voice.config.length_scale / speed
+    rate = voice.sample_rate
+    silence = np.zeros(int(rate * sentence_silence), np.float32)
+    for phonemes in sentence_phonemes(text, voice, phonemizer):
+        audio = voice.audio(voice.phoneme_ids(phonemes), noise_scale, length_scale, noise_w,
+                            speaker, seed)
+        if normalize:
+            peak = float(np.abs(audio).max())
+            audio = audio / peak if peak > 1e-8 else np.zeros_like(audio)
+        audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
+        yield rate, np.concatenate([audio, silence]) if silence.size else audio
+
+
+def to_int16(samples):
+    """float32 in [-1, 1] -> int16 PCM, scaled and clipped as piper does (x 32767)."""
+    return np.clip(samples * 32767.0, -32767.0, 32767.0).astype(np.int16)

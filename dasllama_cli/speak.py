@@ -1,0 +1,137 @@
+"""`dasllama speak`: text to speech with a Piper voice (voice.onnx + voice.onnx.json)."""
+import io
+import sys
+import time
+import wave
+
+import click
+
+from dasllama.core.tts import (PHONEMIZERS, PhonemizerUnavailable, SynthesisError, VoiceError,
+                               load_voice, synthesize, to_int16)
+
+USER_ERRORS = (VoiceError, SynthesisError, PhonemizerUnavailable)
+
+
+def utterances(text, file):
+    """The text to speak: the argument, or FILE / piped stdin one utterance per line."""
+    if text:
+        return [" ".join(text)]
+    if file:
+        stream = click.open_file(file, "r", encoding="utf-8")
+    elif not click.get_text_stream("stdin").isatty():
+        stream = click.get_text_stream("stdin")
+    else:
+        raise click.UsageError("no text: pass it as an argument, with -f FILE, or on stdin.")
+    lines = [line.strip() for line in stream]
+    return [line for line in lines if line]
+
+
+class WavSink:
+    """16-bit mono WAV: streamed to a file, or built whole for stdout (a pipe cannot seek back
+    to write the header's sizes). Opened at the first audio, so a failure leaves no file."""
+
+    def __init__(self, target, rate):
+        self.target, self.rate, self.wav, self.buffer = target, rate, None, None
+
+    def write(self, pcm):
+        if self.wav is None:
+            self.buffer = io.BytesIO() if self.target is None else None
+            self.wav = wave.open(self.buffer if self.target is None else self.target, "wb")
+            self.wav.setnchannels(1)
+            self.wav.setsampwidth(2)
+            self.wav.setframerate(self.rate)
+        self.wav.writeframes(pcm)
+
+    def close(self):
+        if self.wav is None:
+            return
+        self.wav.close()
+        if self.buffer is not None:
+            out = click.get_binary_stream("stdout")
+            out.write(self.buffer.getvalue())
+            out.flush()
+
+
+class RawSink:
+    """s16le PCM to stdout, flushed per sentence so a player starts on the first."""
+
+    def __init__(self):
+        self.out = click.get_binary_stream("stdout")
+
+    def write(self, pcm):
+        self.out.write(pcm)
+        self.out.flush()
+
+    def close(self):
+        pass
+
+
+@click.command()
+@click.argument("text", nargs=-1)
+@click.option("-m", "--model", "model_path", required=True, type=click.Path(),
+              help="Piper voice .onnx (its .onnx.json beside it).")
+@click.option("-f", "--file", type=click.Path(allow_dash=True),
+              help="Read the text from FILE ('-' for stdin), one utterance per line.")
+@click.option("-o", "--output-file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write a WAV file ('-' for stdout; the default when stdout is not a terminal).")
+@click.option("--output-raw", is_flag=True,
+              help="Stream raw s16le mono PCM to stdout (the sample rate goes to stderr).")
+@click.option("-s", "--speaker", default=None, help="Speaker id or name (multi-speaker voices).")
+@click.option("--speed", type=float, default=1.0, show_default=True,
+              help="Speaking rate: 2 is twice as fast (length scale = the voice's / speed).")
+@click.option("--length-scale", type=float, default=None,
+              help="Phoneme length, as piper names it (overrides --speed; default: the voice's).")
+@click.option("--noise-scale", type=float, default=None, help="Generator noise (default: the voice's).")
+@click.option("--noise-w", "--noise-w-scale", "noise_w", type=float, default=None,
+              help="Phoneme width noise (default: the voice's).")
+@click.option("--sentence-silence", type=float, default=0.0, show_default=True,
+              help="Seconds of silence after each sentence.")
+@click.option("--phonemizer", type=click.Choice(sorted(PHONEMIZERS)), default="espeak",
+              show_default=True, help="Text to phonemes.")
+@click.option("-t", "--threads", type=int, default=None, help="Threads (default: all cores).")
+@click.option("-q", "--quiet", is_flag=True, help="No timings on stderr.")
+def speak_cmd(text, model_path, file, output_file, output_raw, speaker, speed, length_scale,
+              noise_scale, noise_w, sentence_silence, phonemizer, threads, quiet):
+    """Speak TEXT (or -f FILE, or stdin) with a Piper voice, as WAV or raw PCM."""
+    to_stdout = output_raw or output_file == "-" or output_file is None
+    if to_stdout and click.get_binary_stream("stdout").isatty():
+        raise click.UsageError("stdout is a terminal: pass -o out.wav, or pipe the audio somewhere.")
+    if output_raw and output_file not in (None, "-"):
+        raise click.UsageError("--output-raw writes to stdout; drop -o or --output-raw.")
+    lines = utterances(text, file)
+    if not lines:
+        raise click.ClickException("no text to speak: the input is empty.")
+    t0 = time.perf_counter()
+    try:
+        voice = load_voice(model_path, n_threads=threads)
+    except VoiceError as e:
+        raise click.ClickException(str(e)) from None
+    rate = voice.sample_rate
+    if not quiet:
+        click.echo(f"voice {voice.path.name} ({rate} Hz) loaded in {time.perf_counter() - t0:.2f} s",
+                   err=True)
+    if output_raw:
+        click.echo(f"sample rate {rate} Hz, s16le mono", err=True)
+    sink = RawSink() if output_raw else WavSink(None if to_stdout else output_file, rate)
+    n_samples, t0, first = 0, time.perf_counter(), None
+    try:
+        for line in lines:
+            for _, samples in synthesize(line, voice, speed=speed, noise_scale=noise_scale,
+                                         noise_w=noise_w, speaker=speaker,
+                                         sentence_silence=sentence_silence,
+                                         length_scale=length_scale, phonemizer=phonemizer):
+                first = first or time.perf_counter() - t0
+                sink.write(to_int16(samples).tobytes())
+                n_samples += len(samples)
+    except USER_ERRORS as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        sink.close()
+    if not quiet:
+        took = time.perf_counter() - t0
+        seconds = n_samples / rate
+        click.echo(f"{seconds:.2f} s of audio in {took:.2f} s (real-time factor {took / max(seconds, 1e-9):.3f}, "
+                   f"first audio after {first or 0:.2f} s)", err=True)
+        if output_file not in (None, "-") and not output_raw:
+            click.echo(f"wrote {output_file}", err=True)
+    sys.stdout.flush()

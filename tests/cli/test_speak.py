@@ -1,0 +1,74 @@
+"""`dasllama speak` through click's CliRunner: audio alone on stdout (WAV, or raw PCM with the
+rate on stderr), text from the argument, a file or stdin, and bad input one sentence."""
+import io
+import wave
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dasllama_cli.main import cli
+from tests import whisper_assets
+from tests.assets import AssetUnavailable
+
+
+@pytest.fixture(scope="module")
+def voice():
+    try:
+        return str(whisper_assets.piper_voice())
+    except AssetUnavailable as e:
+        pytest.skip(str(e))
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, ["speak", *args], input=input)
+
+
+def _error(r, words):
+    assert r.exit_code != 0
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert "Traceback" not in r.output and r.stdout_bytes == b""
+    assert words in r.stderr
+
+
+def _wav(data):
+    with wave.open(io.BytesIO(data)) as w:
+        assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, 22050)
+        return np.frombuffer(w.readframes(w.getnframes()), np.int16)
+
+
+@pytest.mark.slow
+def test_wav_to_stdout_and_timings_to_stderr(voice):
+    r = run("-m", voice, "-t", "2", "--noise-scale", "0", "--noise-w", "0", "Hello there.")
+    assert r.exit_code == 0, r.stderr
+    samples = _wav(r.stdout_bytes)
+    assert len(samples) > 22050 // 4 and np.abs(samples).max() > 30000
+    assert "real-time factor" in r.stderr
+
+
+@pytest.mark.slow
+def test_stdin_lines_to_raw_pcm_with_silence_and_a_wav_file(voice, tmp_path):
+    quiet = ("--noise-scale", "0", "--noise-w", "0", "-q")
+    r = run("-m", voice, "--output-raw", *quiet, "--sentence-silence", "0.5", input="One.\n\nTwo.\n")
+    assert r.exit_code == 0, r.stderr
+    assert "22050" in r.stderr
+    raw = np.frombuffer(r.stdout_bytes, np.int16)
+    assert not raw[-11025:].any() and raw.any()
+    out = tmp_path / "out.wav"
+    r = run("-m", voice, *quiet, "-o", str(out), "--speed", "2", "One.")
+    assert r.exit_code == 0 and r.stdout_bytes == b""
+    fast = _wav(out.read_bytes())
+    slow = run("-m", voice, *quiet, "--length-scale", "1.0", "One.")
+    assert len(fast) < len(_wav(slow.stdout_bytes))
+
+
+def test_bad_input_is_one_sentence(voice, tmp_path):
+    _error(run("-m", voice, "   "), "no text to speak")
+    _error(run("-m", voice, input=""), "no text to speak")
+    wrong = tmp_path / "voice.onnx"
+    wrong.write_bytes(b"RIFF" + bytes(60))
+    _error(run("-m", str(wrong), "hi"), "is an audio file, not an ONNX model")
+    lone = tmp_path / "lone.onnx"
+    lone.symlink_to(voice)
+    _error(run("-m", str(lone), "hi"), "lone.onnx.json")
+    _error(run("-m", voice, "-s", "3", "hi"), "single speaker")
