@@ -9,6 +9,8 @@ import click
 from dasllama.core.tts import (PHONEMIZERS, PhonemizerUnavailable, SynthesisError, VoiceError,
                                load_voice, synthesize, to_int16)
 
+from .options import FiniteFloat, THREADS
+
 USER_ERRORS = (VoiceError, SynthesisError, PhonemizerUnavailable)
 
 
@@ -77,18 +79,20 @@ class RawSink:
 @click.option("--output-raw", is_flag=True,
               help="Stream raw s16le mono PCM to stdout (the sample rate goes to stderr).")
 @click.option("-s", "--speaker", default=None, help="Speaker id or name (multi-speaker voices).")
-@click.option("--speed", type=float, default=1.0, show_default=True,
+@click.option("--speed", type=FiniteFloat(0, 10, min_open=True), default=1.0, show_default=True,
               help="Speaking rate: 2 is twice as fast (length scale = the voice's / speed).")
-@click.option("--length-scale", type=float, default=None,
+@click.option("--length-scale", type=FiniteFloat(0, 10, min_open=True), default=None,
               help="Phoneme length, as piper names it (overrides --speed; default: the voice's).")
-@click.option("--noise-scale", type=float, default=None, help="Generator noise (default: the voice's).")
-@click.option("--noise-w", "--noise-w-scale", "noise_w", type=float, default=None,
+@click.option("--noise-scale", type=FiniteFloat(0, 10), default=None, help="Generator noise (default: the voice's).")
+@click.option("--noise-w", "--noise-w-scale", "noise_w", type=FiniteFloat(0, 10), default=None,
               help="Phoneme width noise (default: the voice's).")
-@click.option("--sentence-silence", type=float, default=0.0, show_default=True,
+@click.option("--sentence-silence", type=FiniteFloat(0, 60), default=0.0, show_default=True,
               help="Seconds of silence after each sentence.")
-@click.option("--phonemizer", type=click.Choice(sorted(PHONEMIZERS)), default="espeak",
-              show_default=True, help="Text to phonemes.")
-@click.option("-t", "--threads", type=int, default=None, help="Threads (default: all cores).")
+@click.option("--phonemizer", type=click.Choice(sorted(PHONEMIZERS)), default="lexicon",
+              show_default=True,
+              help="Text to phonemes: lexicon (built in, English) or espeak (espeak-ng's exact "
+                   "phonemes, any language; needs piper-tts, which bundles it).")
+@click.option("-t", "--threads", type=THREADS, default=None, help="Threads (default: all cores).")
 @click.option("-q", "--quiet", is_flag=True, help="No timings on stderr.")
 def speak_cmd(text, model_path, file, output_file, output_raw, speaker, speed, length_scale,
               noise_scale, noise_w, sentence_silence, phonemizer, threads, quiet):

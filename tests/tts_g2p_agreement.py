@@ -73,10 +73,14 @@ def edit_distance(a, b):
 
 
 def espeak():
-    """text -> espeak-ng en-us IPA through piper's phonemizer, all sentences joined."""
-    from dasllama.core.tts.g2p import espeak_phonemizer
+    """text -> espeak-ng en-us IPA through piper's bundled espeak-ng (core.tts.espeak), all
+    sentences joined."""
+    import unicodedata
 
-    return espeak_phonemizer("en-us")
+    from dasllama.core.tts import espeak as bridge
+
+    return lambda text: unicodedata.normalize(
+        "NFC", "".join("".join(s) for s in bridge.phonemize(text, "en-us")))
 
 
 def agreement(pairs):

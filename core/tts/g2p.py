@@ -8,6 +8,7 @@ acronyms ("NBA") and words with no vowel letter are spelled out."""
 import functools
 import json
 import re
+import unicodedata
 from importlib import resources
 
 from .text import normalize, sentences
@@ -358,14 +359,15 @@ def phonemize(text, lang="en-us"):
     return out
 
 
-def espeak_phonemizer(voice="en-us"):
-    """text -> IPA through espeak-ng where a package bundles it (piper-tts): the exact phonemes
-    Piper voices were trained on, in any language espeak has. espeak-ng is GPL-3, so it is
-    imported only here, only when asked for; `phonemize` never needs it."""
-    try:
-        from piper.phonemize_espeak import EspeakPhonemizer
-    except ImportError as e:
-        raise RuntimeError("the espeak phonemizer needs espeak-ng, which piper-tts bundles: "
-                           "pip install piper-tts (GPL-3), or use the default lexicon G2P") from e
-    espeak = EspeakPhonemizer()
-    return lambda text: "".join("".join(s) for s in espeak.phonemize(voice, text))
+class LanguageNotSupported(ValueError):
+    """The lexicon has no words of this language."""
+
+
+def phoneme_sentences(text, lang="en-us"):
+    """Text -> one list of phonemes (NFD code points, punctuation and spaces included) per
+    sentence: the form a Piper voice's phoneme_id_map is read with (core.tts.synth)."""
+    if not lang.lower().startswith("en"):
+        raise LanguageNotSupported(f"the lexicon phonemizer speaks English only, not {lang!r}: "
+                                   "use --phonemizer espeak for this voice.")
+    found = (phonemize_sentence(normalize(s, lang)) for s in sentences(text))
+    return [list(unicodedata.normalize("NFD", ipa)) for ipa in found if ipa]

@@ -1,17 +1,18 @@
 """Text to audio, sentence by sentence: phonemize, frame as ids, run the voice, yield.
 
 The phonemizer is a seam: `PHONEMIZERS` maps a name to a function (text, lang) -> a list of
-sentences, each a list of phonemes. espeak is the one there today; a permissive G2P registers
-itself beside it.
+sentences, each a list of phonemes. "lexicon" (core/tts/g2p.py: misaki's Apache-2.0 lexicons
+rewritten into espeak-ng's IPA) is the default and needs no GPL code; "espeak" gives the exact
+phonemes Piper voices were trained on, where a package bundles espeak-ng (piper-tts).
 """
 import unicodedata
 
 import numpy as np
 
-from . import espeak
+from . import espeak, g2p
 
-PHONEMIZERS = {"espeak": espeak.phonemize}
-DEFAULT_PHONEMIZER = "espeak"
+PHONEMIZERS = {"lexicon": g2p.phoneme_sentences, "espeak": espeak.phonemize}
+DEFAULT_PHONEMIZER = "lexicon"
 
 
 class SynthesisError(ValueError):
@@ -34,13 +35,13 @@ def sentence_phonemes(text, voice, phonemizer=None):
                              "which this engine has no phonemizer for.")
     else:
         name = phonemizer or DEFAULT_PHONEMIZER
-        if callable(name):
-            sentences = name(text, voice.config.espeak_voice)
-        elif name in PHONEMIZERS:
-            sentences = PHONEMIZERS[name](text, voice.config.espeak_voice)
-        else:
+        if not callable(name) and name not in PHONEMIZERS:
             raise SynthesisError(f"unknown phonemizer {name!r}: choose one of "
                                  f"{', '.join(sorted(PHONEMIZERS))}.")
+        try:
+            sentences = (name if callable(name) else PHONEMIZERS[name])(text, voice.config.espeak_voice)
+        except g2p.LanguageNotSupported as e:
+            raise SynthesisError(f"{voice.path.name}: {e}") from None
     known = voice.config.phoneme_id_map
     sentences = [s for s in sentences if any(p in known and _is_sound(p) for p in s)]
     if not sentences:
