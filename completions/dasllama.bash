@@ -32,7 +32,7 @@ _dasllama() {
         speak:-s|speak:--speaker|speak:--speed|speak:--length-scale|speak:--noise-scale|speak:--noise-w|speak:--noise-w-scale|speak:--sentence-silence|speak:-t|speak:--threads)
             COMPREPLY=(); return ;;
         speak:--phonemizer)
-            COMPREPLY=($(compgen -W "espeak" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "lexicon espeak" -- "$cur")); return ;;
         tune:-m|tune:--model)
             COMPREPLY=(); compopt -o default; return ;;
         tune:--budget|tune:-t|tune:--threads)

@@ -55,7 +55,7 @@ complete -c dasllama -n '__fish_seen_subcommand_from speak' -l length-scale -x -
 complete -c dasllama -n '__fish_seen_subcommand_from speak' -l noise-scale -x -d 'Generator noise'
 complete -c dasllama -n '__fish_seen_subcommand_from speak' -l noise-w -l noise-w-scale -x -d 'Phoneme width noise'
 complete -c dasllama -n '__fish_seen_subcommand_from speak' -l sentence-silence -x -d 'Seconds of silence after each sentence'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l phonemizer -x -a 'espeak' -d 'Text to phonemes'
+complete -c dasllama -n '__fish_seen_subcommand_from speak' -l phonemizer -x -a 'lexicon espeak' -d 'Text to phonemes'
 complete -c dasllama -n '__fish_seen_subcommand_from speak' -s t -l threads -x -d 'Threads (default: all cores)'
 complete -c dasllama -n '__fish_seen_subcommand_from speak' -s q -l quiet -d 'No timings on stderr'
 

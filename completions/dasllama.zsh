@@ -54,7 +54,7 @@ _dasllama_speak() {
         '--noise-scale[Generator noise]:noise-scale: ' \
         '(--noise-w --noise-w-scale)'{--noise-w,--noise-w-scale}'[Phoneme width noise]:noise-w: ' \
         '--sentence-silence[Seconds of silence after each sentence]:sentence-silence: ' \
-        '--phonemizer[Text to phonemes]:phonemizer:(espeak)' \
+        '--phonemizer[Text to phonemes]:phonemizer:(lexicon espeak)' \
         '(-t --threads)'{-t,--threads}'[Threads (default\: all cores)]:threads: ' \
         '(-q --quiet)'{-q,--quiet}'[No timings on stderr]' \
         '(- *)'{-h,--help}'[Show the help and exit]' \
