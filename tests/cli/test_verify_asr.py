@@ -11,20 +11,13 @@ from dasllama.core.tools.ref_whisper import ggml_bin
 from dasllama.formats import whisper_ggml
 from dasllama_cli.main import cli
 from tests import whisper_assets
-from tests.assets import AssetUnavailable
+from tests.assets import or_skip
 
 pytest.importorskip("pywhispercpp", reason="pip install pywhispercpp==1.5.1")
 
 
 def run(*args):
     return CliRunner().invoke(cli, ["verify", *map(str, args)])
-
-
-def fetch(f, *args):
-    try:
-        return f(*args)
-    except AssetUnavailable as e:
-        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +27,7 @@ def tiny(tiny_en_dir):
 
 @pytest.fixture(scope="module")
 def clips():
-    return [fetch(whisper_assets.clip, n) for n in ("clone-test.wav", "beckett.wav")]
+    return [or_skip(whisper_assets.clip, n) for n in ("clone-test.wav", "beckett.wav")]
 
 
 def scaled_copy(src, dst, tensor, factor):

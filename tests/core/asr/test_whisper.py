@@ -16,7 +16,7 @@ from dasllama.core.asr.tokenizer import WhisperTokenizer, tokens_from_gpt2_strin
 from dasllama.core.tools.ref_whisper import WhisperCpp
 from dasllama.formats import audio, whisper_ggml
 from tests import whisper_assets
-from tests.assets import AssetUnavailable
+from tests.assets import or_skip
 
 # Our logits are float32 throughout; whisper.cpp rounds activations and the KV cache to f16.
 # Measured on these clips the two agree to ~0.05 where it matters, and base on beckett.wav
@@ -26,13 +26,6 @@ CLIPS = {
     "clone-test.wav": " I do. I think that America do it very well.",
     "beckett.wav": " Ever tried, ever failed. No matter, try again. Fail again. Fail better.",
 }
-
-
-def _fetch(fetch, *args):
-    try:
-        return fetch(*args)
-    except AssetUnavailable as e:
-        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
@@ -47,18 +40,18 @@ def tiny(tiny_dir):
 
 @pytest.fixture(scope="module")
 def base():
-    return WhisperModel(_fetch(whisper_assets.base))
+    return WhisperModel(or_skip(whisper_assets.base))
 
 
 def clip(name):
-    return audio.load(_fetch(whisper_assets.clip, name))
+    return audio.load(or_skip(whisper_assets.clip, name))
 
 
 # -- front end and vocabulary -------------------------------------------------------------
 
 @pytest.mark.slow
 def test_mel_filters_equal_openai_whisper_assets():
-    ref = np.load(_fetch(whisper_assets.whisper_assets) / "mel_filters.npz")
+    ref = np.load(or_skip(whisper_assets.whisper_assets) / "mel_filters.npz")
     for n_mels in (80, 128):
         np.testing.assert_array_equal(mel_filters(n_mels), ref[f"mel_{n_mels}"])
 
@@ -99,8 +92,8 @@ def test_log_mel_of_tiny_inputs():
 @pytest.mark.parametrize("fetch,tiktoken", [(whisper_assets.tiny_en, "gpt2.tiktoken"),
                                             (whisper_assets.base, "multilingual.tiktoken")])
 def test_vocabulary_and_suppression_match_openai_whisper(fetch, tiktoken):
-    model_dir = _fetch(fetch)
-    ranks = (_fetch(whisper_assets.whisper_assets) / tiktoken).read_bytes().splitlines()
+    model_dir = or_skip(fetch)
+    ranks = (or_skip(whisper_assets.whisper_assets) / tiktoken).read_bytes().splitlines()
     expected = [base64.b64decode(line.split()[0]) for line in ranks if line]
     lines = (model_dir / "vocabulary.txt").read_text(encoding="utf-8").splitlines()
     tokens = tokens_from_gpt2_strings(lines)
@@ -255,7 +248,7 @@ def assert_parity(model, bin_path, samples, timestamps):
 @pytest.mark.parametrize("name", sorted(CLIPS))
 @pytest.mark.parametrize("timestamps", [True, False])
 def test_tiny_en_matches_whisper_cpp(tiny, tiny_dir, name, timestamps):
-    ours, ref = assert_parity(tiny, _fetch(whisper_assets.ggml_bin, tiny_dir), clip(name),
+    ours, ref = assert_parity(tiny, or_skip(whisper_assets.ggml_bin, tiny_dir), clip(name),
                               timestamps)
     assert ours == ref
 
@@ -264,20 +257,20 @@ def test_tiny_en_matches_whisper_cpp(tiny, tiny_dir, name, timestamps):
 @pytest.mark.parametrize("name", sorted(CLIPS))
 def test_tiny_en_with_a_q8_0_encoder_matches_whisper_cpp(tiny_dir, name):
     model = WhisperModel(tiny_dir, encoder_qtype=GGMLQuantizationType.Q8_0)
-    ours, ref = assert_parity(model, _fetch(whisper_assets.ggml_bin, tiny_dir), clip(name), True)
+    ours, ref = assert_parity(model, or_skip(whisper_assets.ggml_bin, tiny_dir), clip(name), True)
     assert ours == ref
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CLIPS))
 def test_base_matches_whisper_cpp_up_to_ties(base, name):
-    bin_path = _fetch(whisper_assets.ggml_bin, _fetch(whisper_assets.base))
+    bin_path = or_skip(whisper_assets.ggml_bin, or_skip(whisper_assets.base))
     assert_parity(base, bin_path, clip(name), timestamps=True)
 
 
 @pytest.mark.slow
 def test_engine_reads_the_converted_bin_like_the_ct2_dir(tiny, tiny_dir):
-    from_bin = WhisperModel(_fetch(whisper_assets.ggml_bin, tiny_dir))
+    from_bin = WhisperModel(or_skip(whisper_assets.ggml_bin, tiny_dir))
     assert from_bin.format == "ggml" and from_bin.suppress_ids == tiny.suppress_ids
     samples = clip("clone-test.wav")
     a, b = transcribe(tiny, samples), transcribe(from_bin, samples)
@@ -287,7 +280,7 @@ def test_engine_reads_the_converted_bin_like_the_ct2_dir(tiny, tiny_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("ftype", ["q8_0", "q5_0"])
 def test_quantized_bins_load_in_both_engines(tiny_dir, ftype):
-    path = _fetch(whisper_assets.ggml_bin, tiny_dir, ftype)
+    path = or_skip(whisper_assets.ggml_bin, tiny_dir, ftype)
     g = whisper_ggml.read(path)
     assert g.hparams["ftype"] % whisper_ggml.QNT_VERSION_FACTOR in (7, 8)
     assert g.tensors["encoder.blocks.0.mlp.0.weight"].data.dtype == np.uint8

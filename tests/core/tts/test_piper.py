@@ -10,23 +10,16 @@ import pytest
 
 from dasllama.core.tts import SynthesisError, VoiceError, load_voice, phonemize, synthesize
 from tests import whisper_assets
-from tests.assets import AssetUnavailable
+from tests.assets import or_skip
 
 SENTENCES = whisper_assets.TTS_SENTENCES[:2]
 MAX_ABS_DIFF = 2e-4            # measured 1.6e-5 on joe-medium
 MIN_SNR_DB = 70.0              # measured 98 dB
 
 
-def _fetch(fetch, *args):
-    try:
-        return fetch(*args)
-    except AssetUnavailable as e:
-        pytest.skip(str(e))
-
-
 @pytest.fixture(scope="module")
 def voice_path():
-    return _fetch(whisper_assets.piper_voice)
+    return or_skip(whisper_assets.piper_voice)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +101,7 @@ def test_our_whisper_hears_our_speech(voice):
     from dasllama.core.asr.decode import transcribe
     from dasllama.core.asr.model import WhisperModel
     import soxr
-    model = WhisperModel(_fetch(whisper_assets.tiny_en))
+    model = WhisperModel(or_skip(whisper_assets.tiny_en))
     texts = whisper_assets.TTS_SENTENCES
     for text in texts:
         rate, samples = next(synthesize(text, voice, noise_scale=0, noise_w=0))
