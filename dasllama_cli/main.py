@@ -9,6 +9,7 @@ import click
 
 from .bench import bench_cmd
 from .generate import generate_cmd
+from .serve import serve_cmd
 from .speak import speak_cmd
 from .transcribe import transcribe_cmd
 from .tune import tune_cmd
@@ -95,6 +96,7 @@ cli.add_command(speak_cmd, "speak")
 cli.add_command(verify_cmd, "verify")
 cli.add_command(bench_cmd, "bench")
 cli.add_command(tune_cmd, "tune")
+cli.add_command(serve_cmd, "serve")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ PACKAGES = {"dasllama_cli": "dasllama_cli", "core": "dasllama.core", "kernels": 
 FORBIDDEN = {
     "dasllama.kernels": ("dasllama.core", "dasllama_cli", "dasllama.formats"),
     "dasllama.formats": ("dasllama.core", "dasllama.kernels", "dasllama_cli"),
-    "dasllama.core.runtime": ("dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
-    "dasllama.core.llm": ("dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
-    "dasllama.core.asr": ("dasllama.core.llm", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
-    "dasllama.core.tts": ("dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.runtime": ("dasllama.core.serve", "dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.llm": ("dasllama.core.serve", "dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.asr": ("dasllama.core.serve", "dasllama.core.llm", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
+    "dasllama.core.tts": ("dasllama.core.serve", "dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tools", "dasllama_cli"),
     "dasllama.core.tools": ("dasllama_cli",),
+    "dasllama.core.serve": ("dasllama.core.tools", "dasllama_cli"),
 }
 
 

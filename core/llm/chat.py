@@ -17,11 +17,12 @@ class ChatTemplateError(ValueError):
 
 
 def render_chat(template: str | None, messages: list[dict], bos_token: str = "",
-                eos_token: str = "", add_generation_prompt: bool = True) -> str:
+                eos_token: str = "", add_generation_prompt: bool = True, tools=None) -> str:
     """The prompt text for `messages` ([{"role": ..., "content": ...}]) under `template`.
 
     A template that writes `bos_token` keeps it in the text; the caller decides whether the
     tokenizer should then skip adding its own BOS (llama.cpp strips it from the text instead).
+    tools: OpenAI-style function definitions, for templates that render them.
     """
     if not template:
         raise ChatTemplateError("this model has no chat template (it is a base model); drop --chat")
@@ -31,7 +32,7 @@ def render_chat(template: str | None, messages: list[dict], bos_token: str = "",
         raise ChatTemplateError(f"the model's chat template does not parse: {e.message} "
                                 f"(template line {e.lineno})") from e
     try:
-        return compiled.render(messages=messages, tools=None, documents=None,
+        return compiled.render(messages=messages, tools=tools, documents=None,
                                add_generation_prompt=add_generation_prompt,
                                bos_token=bos_token, eos_token=eos_token)
     except (jinja2.TemplateError, TypeError) as e:

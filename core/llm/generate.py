@@ -15,21 +15,27 @@ class Token:
 
 def prompt_ids(model, prompt, chat=False, system=None):
     """Token ids for a prompt; with chat, rendered through the GGUF's chat template first."""
-    tok = model.tokenizer
     if chat:
         messages = ([{"role": "system", "content": system}] if system else [])
         messages.append({"role": "user", "content": prompt})
-        bos = tok.token_to_piece(tok.bos_id, special=True).decode("utf-8", "replace") if tok.bos_id is not None else ""
-        eos = tok.token_to_piece(tok.eos_id, special=True).decode("utf-8", "replace") if tok.eos_id is not None else ""
-        text = render_chat(model.gguf.get("tokenizer.chat_template"), messages, bos, eos)
-        # as llama.cpp's common_chat_templates_apply: the tokenizer adds BOS/EOS itself, so a
-        # template that writes them would double them
-        if tok.add_bos and bos and text.startswith(bos):
-            text = text[len(bos):]
-        if tok.add_eos and eos and text.endswith(eos):
-            text = text[:-len(eos)]
-        return tok.encode(text, add_special=True, parse_special=True)
-    return tok.encode(prompt, add_special=True, parse_special=False)
+        return chat_ids(model, messages)
+    return model.tokenizer.encode(prompt, add_special=True, parse_special=False)
+
+
+def chat_ids(model, messages, tools=None):
+    """Token ids of chat messages rendered through the GGUF's chat template, ready for the
+    assistant's reply."""
+    tok = model.tokenizer
+    bos = tok.token_to_piece(tok.bos_id, special=True).decode("utf-8", "replace") if tok.bos_id is not None else ""
+    eos = tok.token_to_piece(tok.eos_id, special=True).decode("utf-8", "replace") if tok.eos_id is not None else ""
+    text = render_chat(model.gguf.get("tokenizer.chat_template"), messages, bos, eos, tools=tools)
+    # as llama.cpp's common_chat_templates_apply: the tokenizer adds BOS/EOS itself, so a
+    # template that writes them would double them
+    if tok.add_bos and bos and text.startswith(bos):
+        text = text[len(bos):]
+    if tok.add_eos and eos and text.endswith(eos):
+        text = text[:-len(eos)]
+    return tok.encode(text, add_special=True, parse_special=True)
 
 
 def generate(model, ids, n_predict=-1, params=SamplerParams(), ignore_eos=False):

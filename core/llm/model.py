@@ -153,8 +153,33 @@ def open_runnable(path):
     return g
 
 
+class KVCache:
+    """One sequence's state: f16 keys and values (n_layer, n_ctx, kv_dim) and the tokens fed
+    so far. A Model evaluates into the cache it holds in `model.kv`; a server gives each
+    parallel sequence one of these (Model.new_kv) over the shared weights and scratch."""
+
+    def __init__(self, n_layer, n_ctx, kv_dim, kv_dim_v):
+        self.kcache = np.zeros((n_layer, n_ctx, kv_dim), np.uint16)
+        self.vcache = np.zeros((n_layer, n_ctx, kv_dim_v), np.uint16)
+        self.n_past = 0
+        self.history = []
+
+    def reset(self):
+        self.n_past = 0
+        self.history = []
+
+
+def _kv_field(name):
+    """A Model attribute that reads and writes the cache in force (model.kv)."""
+    return property(lambda self: getattr(self.kv, name),
+                    lambda self, value: setattr(self.kv, name, value))
+
+
 class Model:
     """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
+
+    kcache, vcache = _kv_field("kcache"), _kv_field("vcache")
+    n_past, history = _kv_field("n_past"), _kv_field("history")
 
     def __init__(self, path, n_ctx=DEFAULT_N_CTX, n_threads=None, n_batch=DEFAULT_N_BATCH,
                  copies=True, quiet=False):
@@ -183,8 +208,6 @@ class Model:
                               f"machine's {ram_bytes() / 2**30:.1f} GiB of RAM: lower -c.")
         self._alloc()
         self.gelu_tab = ops.gelu_table()
-        self.n_past = 0
-        self.history = []
         self.timings = Timings(load_s=time.perf_counter() - t0)
 
     def _describe(self):
@@ -204,8 +227,7 @@ class Model:
         B = self.n_batch
         kv_dim = hp.n_head_kv * hp.head_dim
         kv_dim_v = hp.n_head_kv * hp.head_dim_v
-        self.kcache = np.zeros((hp.n_layer, self.n_ctx, kv_dim), np.uint16)
-        self.vcache = np.zeros((hp.n_layer, self.n_ctx, kv_dim_v), np.uint16)
+        self.kv = self.new_kv()
         wide = max(2 * hp.n_ff, hp.n_head * hp.head_dim + hp.n_head_kv * (hp.head_dim + hp.head_dim_v))
         widths = (hp.n_embd, hp.n_embd, hp.n_head * hp.head_dim, kv_dim, kv_dim_v,
                   hp.n_head * hp.head_dim_v, hp.n_embd, wide, hp.n_ff, wide)
@@ -216,11 +238,15 @@ class Model:
         self.logits = np.zeros((B, self.n_vocab), np.float32)
         self._no_trace = np.zeros((0, 0, 0, 0), np.float32)
 
+    def new_kv(self):
+        """A fresh KV cache of this model's shape; `model.kv = cache` makes eval use it."""
+        hp = self.hparams
+        return KVCache(hp.n_layer, self.n_ctx, hp.n_head_kv * hp.head_dim, hp.n_head_kv * hp.head_dim_v)
+
     # -- the verbs -----------------------------------------------------------------------------
 
     def reset(self):
-        self.n_past = 0
-        self.history = []
+        self.kv.reset()
 
     def check_fits(self, n_tokens):
         if self.n_past + n_tokens > self.n_ctx:
@@ -230,12 +256,7 @@ class Model:
 
     def eval(self, ids, all_logits=False, trace=None):
         """Feed token ids at the current position; return logits of the last one (or all)."""
-        ids = np.asarray(ids, np.int64)
-        if ids.size == 0:
-            raise ValueError("nothing to evaluate: the token list is empty.")
-        if ids.min() < 0 or ids.max() >= self.n_vocab:
-            raise ValueError(f"token id out of range for a vocabulary of {self.n_vocab}.")
-        self.check_fits(ids.size)
+        ids = self._checked(ids)
         outs = []
         for start in range(0, ids.size, self.n_batch):
             chunk = ids[start:start + self.n_batch]
@@ -245,6 +266,29 @@ class Model:
             outs.append(self.logits[:n_out].copy())
         self.history.extend(int(i) for i in ids)
         return np.concatenate(outs) if all_logits else outs[-1][0]
+
+    def hidden_states(self, ids):
+        """(T, n_embd) the output-normed hidden state of every token fed (llama.cpp's
+        `result_norm`, which its --embeddings pools), from the current position."""
+        ids = self._checked(ids)
+        n_embd = self.hparams.n_embd
+        rows = []
+        for start in range(0, ids.size, self.n_batch):
+            chunk = ids[start:start + self.n_batch]
+            self._forward(chunk, chunk.size, self._no_trace)
+            # the forward leaves the normed rows it multiplied by the output matrix in scratch[1]
+            rows.append(self.scratch[1][:chunk.size * n_embd].reshape(chunk.size, n_embd).copy())
+        self.history.extend(int(i) for i in ids)
+        return np.concatenate(rows)
+
+    def _checked(self, ids):
+        ids = np.asarray(ids, np.int64)
+        if ids.size == 0:
+            raise ValueError("nothing to evaluate: the token list is empty.")
+        if ids.min() < 0 or ids.max() >= self.n_vocab:
+            raise ValueError(f"token id out of range for a vocabulary of {self.n_vocab}.")
+        self.check_fits(ids.size)
+        return ids
 
     def _forward(self, chunk, n_out, trace):
         first = self.n_past == 0 and not self.history
