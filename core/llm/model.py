@@ -10,6 +10,7 @@ from dasllama.kernels import ops, sidecar, rowgroups
 from dasllama.kernels.quants import Q5_0, SUPPORTED as SUPPORTED_QTYPES, row_bytes
 
 from . import forward as fw
+from .batch import forward_batch
 from .families import family
 from .families.base import UnsupportedModel, build_tables, check_hparams
 from .tokenizer import Tokenizer, TokenizerError
@@ -156,11 +157,13 @@ def open_runnable(path):
 class KVCache:
     """One sequence's state: f16 keys and values (n_layer, n_ctx, kv_dim) and the tokens fed
     so far. A Model evaluates into the cache it holds in `model.kv`; a server gives each
-    parallel sequence one of these (Model.new_kv) over the shared weights and scratch."""
+    parallel sequence one of these (Model.new_kvs) over the shared weights and scratch.
+    block, index: the (n_seq, n_layer, n_ctx, kv_dim) arrays this cache is row `index` of,
+    when it was made with others for Model.decode_batch."""
 
-    def __init__(self, n_layer, n_ctx, kv_dim, kv_dim_v):
-        self.kcache = np.zeros((n_layer, n_ctx, kv_dim), np.uint16)
-        self.vcache = np.zeros((n_layer, n_ctx, kv_dim_v), np.uint16)
+    def __init__(self, kcache, vcache, block=None, index=0):
+        self.kcache, self.vcache = kcache, vcache
+        self.block, self.index = block, index
         self.n_past = 0
         self.history = []
 
@@ -240,8 +243,15 @@ class Model:
 
     def new_kv(self):
         """A fresh KV cache of this model's shape; `model.kv = cache` makes eval use it."""
+        return self.new_kvs(1)[0]
+
+    def new_kvs(self, n):
+        """n fresh KV caches in one block, so decode_batch can step them together."""
         hp = self.hparams
-        return KVCache(hp.n_layer, self.n_ctx, hp.n_head_kv * hp.head_dim, hp.n_head_kv * hp.head_dim_v)
+        keys = np.zeros((n, hp.n_layer, self.n_ctx, hp.n_head_kv * hp.head_dim), np.uint16)
+        values = np.zeros((n, hp.n_layer, self.n_ctx, hp.n_head_kv * hp.head_dim_v), np.uint16)
+        block = (keys, values)
+        return [KVCache(keys[i], values[i], block, i) for i in range(n)]
 
     # -- the verbs -----------------------------------------------------------------------------
 
@@ -267,6 +277,27 @@ class Model:
         self.history.extend(int(i) for i in ids)
         return np.concatenate(outs) if all_logits else outs[-1][0]
 
+    def decode_batch(self, tokens, caches):
+        """(B, n_vocab) logits of one token fed to each of B sequences at once, token i at
+        the end of caches[i] (caches of one new_kvs block); one pass reads each weight once."""
+        if not 0 < len(tokens) == len(caches) <= self.n_batch:
+            raise ValueError(f"give 1 to {self.n_batch} tokens, one per cache.")
+        ids = self._checked_ids(tokens)
+        for cache in caches:
+            if cache.block is not caches[0].block or cache.n_past + 1 > self.n_ctx:
+                raise ContextFull(f"a sequence is full at {self.n_ctx} tokens, or not of this block.")
+        keys, values = caches[0].block
+        positions = np.array([c.n_past for c in caches], np.int64)
+        slots = np.array([c.index for c in caches], np.int64)
+        t = self.tables
+        forward_batch(ids, positions, slots, self.gguf.data, t.wtab, self.cbuf, self.ctab, t.fbuf,
+                      t.ftab, t.hp, t.hpf, t.layer_swa, t.layer_freq_base, keys, values,
+                      self.scratch, self.acts, self.gelu_tab, self.logits, self.n_threads)
+        for cache, token in zip(caches, ids):
+            cache.n_past += 1
+            cache.history.append(int(token))
+        return self.logits[:len(caches)].copy()
+
     def hidden_states(self, ids):
         """(T, n_embd) the output-normed hidden state of every token fed (llama.cpp's
         `result_norm`, which its --embeddings pools), from the current position."""
@@ -282,12 +313,16 @@ class Model:
         return np.concatenate(rows)
 
     def _checked(self, ids):
+        ids = self._checked_ids(ids)
+        self.check_fits(ids.size)
+        return ids
+
+    def _checked_ids(self, ids):
         ids = np.asarray(ids, np.int64)
         if ids.size == 0:
             raise ValueError("nothing to evaluate: the token list is empty.")
         if ids.min() < 0 or ids.max() >= self.n_vocab:
             raise ValueError(f"token id out of range for a vocabulary of {self.n_vocab}.")
-        self.check_fits(ids.size)
         return ids
 
     def _forward(self, chunk, n_out, trace):

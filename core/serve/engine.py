@@ -1,11 +1,12 @@
 """The server's engine thread: one Model, -np sequences each with its own KV cache, a fair
-queue, and decode steps interleaved between the active sequences.
+queue, and decode steps of the active sequences batched into one forward pass.
 
 The model's kernels are not thread-safe (one set of scratch buffers), so every forward pass
 runs on this one thread; requests reach it as Jobs and their tokens leave through each
 Job's `emit` callback (the HTTP side turns that into an asyncio queue). Admission is first
-come, first served; each round feeds every active sequence one prompt chunk or one token,
-so a long prompt does not stall the others' streams for its whole prefill.
+come, first served; each round feeds every sequence still reading its prompt one chunk of it
+(so a long prompt does not stall the others' streams for its whole prefill), then gives every
+other sequence one token through Model.decode_batch, which reads each weight once for all.
 """
 import codecs
 import math
@@ -81,7 +82,7 @@ class Engine:
 
     def __init__(self, model, n_parallel=1, max_queue=64):
         self.model = model
-        self.slots = [model.new_kv() for _ in range(n_parallel)]
+        self.slots = model.new_kvs(n_parallel)
         self.scratch_kv = model.new_kv()     # for Tasks, so they never touch a sequence
         self.max_queue = max_queue
         self.waiting = deque()
@@ -89,6 +90,10 @@ class Engine:
         self.lock = threading.Condition()
         self.running = True
         self.n_served = 0
+        if n_parallel > 1:      # compile (or load) the batched step now, not in a request
+            model.decode_batch([0, 0], self.slots[:2])
+            for kv in self.slots:
+                kv.reset()
         self.thread = threading.Thread(target=self._run, name="dasllama-engine", daemon=True)
         self.thread.start()
 
@@ -136,8 +141,7 @@ class Engine:
                 admitted = self._admit()
             for work in admitted:
                 self._guarded(work, self._run_task if isinstance(work, Task) else self._start)
-            for job in list(self.active):
-                self._guarded(job, self._step)
+            self._round()
 
     def _admit(self):
         """Waiting work that can start now: Tasks, and Jobs while a sequence is free (FIFO)."""
@@ -157,7 +161,7 @@ class Engine:
 
     def _guarded(self, work, fn):
         try:
-            fn(work)
+            return fn(work)
         except Exception as e:    # noqa: BLE001 -- handed to the request, the engine lives on
             self._retire(work)
             work.emit(e)
@@ -180,17 +184,44 @@ class Engine:
         job.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         job.stops = StopStrings(job.stop)
 
-    def _step(self, job):
-        """One round for one job: a prompt chunk, or one sampled token and its forward pass."""
+    def _round(self):
+        """One round: a prompt chunk for each sequence still reading its prompt, then one token
+        for each of the others, their forward passes batched into one (Model.decode_batch)."""
         model = self.model
-        if job.cancelled:
-            self._retire(job)
-            return
+        decoding = []
+        for job in list(self.active):
+            if job.cancelled:
+                self._retire(job)
+            elif job.pending:
+                self._guarded(job, self._prefill)
+            else:
+                token = self._guarded(job, self._sample)
+                if token is not None:
+                    decoding.append((job, token))
+        if len(decoding) == 1:
+            job, token = decoding[0]
+            model.kv = job.slot
+            self._guarded(job, lambda j: setattr(j, "logits", model.eval([token])))
+        elif decoding:
+            try:
+                rows = model.decode_batch([t for _, t in decoding], [j.slot for j, _ in decoding])
+            except Exception as e:  # noqa: BLE001 -- handed to the requests, the engine lives on
+                for job, _ in decoding:
+                    self._retire(job)
+                    job.emit(e)
+                return
+            for (job, _), row in zip(decoding, rows):
+                job.logits = row
+
+    def _prefill(self, job):
+        model = self.model
         model.kv = job.slot
-        if job.pending:
-            chunk, job.pending = job.pending[:model.n_batch], job.pending[model.n_batch:]
-            job.logits = model.eval(chunk)
-            return
+        chunk, job.pending = job.pending[:model.n_batch], job.pending[model.n_batch:]
+        job.logits = model.eval(chunk)
+
+    def _sample(self, job):
+        """Sample and emit the job's next token; the token to feed next, or None when done."""
+        model = self.model
         logits = job.logits
         if job.constraint is not None:
             job.constraint.mask(logits)
@@ -204,13 +235,11 @@ class Engine:
         text = job.decoder.decode(model.tokenizer.token_to_piece(token))
         safe, hit = job.stops.feed(text)
         job.emit(Piece(safe, token, self._piece(token), *self._logprobs(job, logits, token)))
-        if hit:
+        if hit or (job.constraint is not None and job.constraint.done):
             return self._finish(job, "stop")
-        if job.constraint is not None and job.constraint.done:
-            return self._finish(job, "stop")
-        if job.n_gen == job.n_predict or model.n_past >= model.n_ctx:
+        if job.n_gen == job.n_predict or job.slot.n_past >= model.n_ctx:
             return self._finish(job, "length")
-        job.logits = model.eval([token])
+        return token
 
     def _finish(self, job, reason):
         self._retire(job)
