@@ -5,6 +5,7 @@
     for piece in generate_text(model, "Once upon a time", n_predict=32, temp=0):
         print(piece, end="")
 """
+from .llm.constrain import Constraint, ConstraintError, StopStrings
 from .llm.defaults import ModelNotFound, default_model_path
 from .llm.generate import Token, generate, prompt_ids
 from .llm.model import ContextFull, Model
@@ -27,4 +28,5 @@ def generate_text(model, prompt, n_predict=-1, chat=False, system=None, **sampli
 
 
 __all__ = ["load", "generate", "generate_text", "prompt_ids", "Model", "Token", "SamplerParams",
-           "ContextFull", "ModelNotFound", "default_model_path"]
+           "ContextFull", "ModelNotFound", "default_model_path",
+           "Constraint", "ConstraintError", "StopStrings"]

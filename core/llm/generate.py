@@ -4,13 +4,17 @@ import time
 from dataclasses import dataclass
 
 from .chat import render_chat
+from .constrain import StopStrings
 from .sampling import Sampler, SamplerParams
+
+STOP_REASONS = ("eos", "length", "stop")
 
 
 @dataclass(frozen=True)
 class Token:
     id: int
     text: str          # the decoded text this token completes (may be "" mid-character)
+    stop_reason: str | None = None   # on the last Token only: one of STOP_REASONS
 
 
 def prompt_ids(model, prompt, chat=False, system=None):
@@ -38,37 +42,80 @@ def chat_ids(model, messages, tools=None):
     return tok.encode(text, add_special=True, parse_special=True)
 
 
-def generate(model, ids, n_predict=-1, params=SamplerParams(), ignore_eos=False):
-    """Yield Tokens after the prompt ids, until an end-of-generation token or n_predict.
+def generate(model, ids, n_predict=-1, params=SamplerParams(), ignore_eos=False,
+             constraint=None, stop=(), reuse_cache=False):
+    """Yield Tokens after the prompt ids, until an end-of-generation token, n_predict or a
+    stop string; the last Token (id -1, with any text still held) carries the stop reason.
 
-    n_predict < 0 runs until end of generation; a full context always stops. The model is
-    reset first;
-    timings accumulate in model.timings.
+    n_predict < 0 runs until end of generation; a full context always stops ("length").
+    `constraint` (core/llm/constrain.py) masks the logits before each draw and ends the
+    generation ("eos") once its grammar is complete. `stop` strings end it ("stop"); text that
+    may begin one is held back, and the stop string itself is never yielded. With reuse_cache
+    the tokens already in the KV cache that start `ids` are kept and only the rest evaluated
+    (a conversation's next turn); otherwise the model is reset first. Timings accumulate in
+    model.timings (prompt_tokens: the tokens evaluated).
     """
     tok = model.tokenizer
     sampler = Sampler(params)
-    model.reset()
-    model.check_fits(len(ids))
+    start_at(model, ids, reuse_cache)
     t0 = time.perf_counter()
-    logits = model.eval(ids)
-    model.timings.prompt_tokens, model.timings.prompt_s = len(ids), time.perf_counter() - t0
+    fresh = ids[model.n_past:]
+    logits = model.eval(fresh)
+    model.timings.prompt_tokens, model.timings.prompt_s = len(fresh), time.perf_counter() - t0
     model.timings.gen_tokens, model.timings.gen_s = 0, 0.0
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    stops = StopStrings(stop) if stop else None
     history = list(ids)
     n = 0
+    reason = "length"
     t1 = time.perf_counter()
     while n_predict < 0 or n < n_predict:
+        if constraint is not None:
+            constraint.mask(logits)
         token = sampler.sample(logits, history)
         n += 1
         if token in tok.eog_ids and not ignore_eos:
+            reason = "eos"
             break
         history.append(token)
-        yield Token(token, decoder.decode(tok.token_to_piece(token)))
+        if constraint is not None:
+            constraint.accept(token)
+        text = decoder.decode(tok.token_to_piece(token))
+        if stops is not None:
+            text, hit = stops.push(text)
+            if hit is not None:
+                yield Token(token, text)
+                reason = "stop"
+                break
+        yield Token(token, text)
+        if constraint is not None and constraint.done:
+            reason = "eos"
+            break
         if n == n_predict or model.n_past >= model.n_ctx:
             break
         logits = model.eval([token])
         model.timings.gen_tokens, model.timings.gen_s = n, time.perf_counter() - t1
     model.timings.gen_tokens, model.timings.gen_s = n, time.perf_counter() - t1
-    tail = decoder.decode(b"", final=True)
-    if tail:
-        yield Token(-1, tail)
+    tail = "" if reason == "stop" else decoder.decode(b"", final=True)
+    if stops is not None and reason != "stop":
+        tail, hit = stops.push(tail)
+        if hit is not None:
+            reason = "stop"
+        else:
+            tail += stops.flush()
+    yield Token(-1, tail, reason)
+
+
+def start_at(model, ids, reuse_cache):
+    """Rewind the KV cache to the longest start of `ids` it holds (none without reuse_cache),
+    keeping at least one token of `ids` to evaluate so that there are logits to sample."""
+    if not ids:
+        raise ValueError("nothing to evaluate: the token list is empty.")
+    keep = 0
+    if reuse_cache:
+        held = model.history
+        limit = min(len(held), len(ids) - 1)
+        while keep < limit and held[keep] == ids[keep]:
+            keep += 1
+    model.rewind(keep)
+    model.check_fits(len(ids) - keep)

@@ -256,7 +256,12 @@ class Model:
     # -- the verbs -----------------------------------------------------------------------------
 
     def reset(self):
-        self.kv.reset()
+        self.rewind(0)
+
+    def rewind(self, n_keep):
+        """Keep the first n_keep tokens of the KV cache; the next eval writes after them."""
+        self.n_past = n_keep
+        self.history = self.history[:n_keep]
 
     def check_fits(self, n_tokens):
         if self.n_past + n_tokens > self.n_ctx:

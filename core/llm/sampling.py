@@ -6,7 +6,7 @@ RNG (std::mt19937 through std::uniform_real_distribution<double>), so a seed tha
 there picks the same one here when the probabilities agree.
 """
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -24,6 +24,16 @@ class SamplerParams:
     repeat_penalty: float = 1.0  # 1.0 disables
     repeat_last_n: int = 64      # 0 disables, -1 means the whole history
     seed: int | None = None      # None (or -1) draws a random seed
+
+    def with_seed(self) -> "SamplerParams":
+        """These parameters with the random seed drawn now, so that it can be reported and
+        the run repeated; a given seed is kept."""
+        if self.seed is not None and self.seed & 0xFFFFFFFF != LLAMA_DEFAULT_SEED:
+            return self
+        seed = LLAMA_DEFAULT_SEED
+        while seed == LLAMA_DEFAULT_SEED:
+            seed = secrets.randbits(32)
+        return replace(self, seed=seed)
 
 
 class Candidates(NamedTuple):

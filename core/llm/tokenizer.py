@@ -379,6 +379,32 @@ class Tokenizer:
             return bytes([int(text[3:5], 16)])  # <0xXX>
         return b""
 
+    def vocab_pieces(self) -> tuple[list[bytes], list[int]]:
+        """Every token's bytes (specials spelled out, as token_to_piece(special=True)) and the
+        ids of the control and unknown tokens: what a grammar engine needs to know of the vocab.
+        One pass with str methods; token_to_piece per id takes seconds on a 262144-token vocab."""
+        attrs = self._attrs.tolist()
+        to_byte = {ord(ch): b for ch, b in tokenizer_bpe.BYTE_OF_CHAR.items()}
+        unmapped = dict.fromkeys(to_byte)   # translate() deletes the mapped chars, leaving the rest
+        spaces = self.is_spm or self.pre.escape_whitespaces
+        pieces, special = [], []
+        for tid, (text, attr) in enumerate(zip(self.tokens, attrs)):
+            if attr & (Attr.UNKNOWN | Attr.CONTROL):
+                special.append(tid)
+            if attr & (Attr.UNKNOWN | Attr.CONTROL | Attr.USER_DEFINED):
+                pieces.append(text.encode("utf-8"))
+            elif attr & Attr.NORMAL:
+                if spaces:
+                    pieces.append(text.replace("\u2581", " ").encode("utf-8"))
+                else:
+                    pieces.append(_gpt2_bytes(text) if text.translate(unmapped)
+                                  else text.translate(to_byte).encode("latin-1"))
+            elif attr & Attr.BYTE:
+                pieces.append(bytes([int(text[3:5], 16)]))
+            else:
+                pieces.append(b"")
+        return pieces, special
+
     def decode(self, ids, special: bool = False) -> str:
         """common_detokenize: pieces joined (the first loses one space when the vocab adds a
         space prefix), spaces cleaned up as the vocab asks, UTF-8 with errors replaced."""

@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ..llm.constrain import Constraint, ConstraintError
 from ..llm.model import ContextFull
 from ..llm.sampling import SamplerParams
 from . import errors
@@ -153,19 +154,13 @@ def _stops(stop):
 
 
 def _constraint(model, schema=None, any_json=False):
-    """A fresh Constraint for one choice (its state is per sequence)."""
-    try:
-        from ..llm.constrain import Constraint
-    except ImportError:
-        raise APIError(400, "this build of dasllama has no constrained decoding, so "
-                            "response_format and tools are not available", "unsupported") from None
+    """A Constraint for a request: compiled once, copied per choice (its state is per sequence)."""
     try:
         if any_json:
             return Constraint.json_object(model.tokenizer)
         return Constraint.json_schema(model.tokenizer, schema)
-    except (ValueError, TypeError) as e:
-        raise APIError(400, f"the JSON schema cannot be used: {e}", "invalid_value",
-                       "response_format") from None
+    except (ConstraintError, ValueError, TypeError) as e:
+        raise APIError(400, str(e), "invalid_value", "response_format") from None
 
 
 class Choices:
@@ -281,10 +276,11 @@ async def _chat(server, body, request):
     n_predict = body.max_completion_tokens or body.max_tokens or -1
     stop = _stops(body.stop)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    constraint = _constraint(model, schema, any_json) if schema is not None or any_json else None
     choices = Choices(engine, request)
     for i in range(body.n):
-        constraint = _constraint(model, schema, any_json) if schema is not None or any_json else None
-        choices.submit(ids, *_sampling(body, n_predict, i), stop, constraint, logprobs)
+        choices.submit(ids, *_sampling(body, n_predict, i), stop,
+                       constraint.copy() if constraint is not None else None, logprobs)
     head = {"id": "chatcmpl-" + secrets.token_hex(12), "created": int(time.time()), "model": server.alias}
     with_tools = schema is not None and tools is not None
     if body.stream:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..llm.constrain import StopStrings
 from ..llm.model import ContextFull
 from ..llm.sampling import Sampler, SamplerParams
-from .stops import StopStrings
 
 
 class QueueFull(RuntimeError):
@@ -233,9 +233,9 @@ class Engine:
             job.constraint.accept(token)
         job.history.append(token)
         text = job.decoder.decode(model.tokenizer.token_to_piece(token))
-        safe, hit = job.stops.feed(text)
+        safe, hit = job.stops.push(text)
         job.emit(Piece(safe, token, self._piece(token), *self._logprobs(job, logits, token)))
-        if hit or (job.constraint is not None and job.constraint.done):
+        if hit is not None or (job.constraint is not None and job.constraint.done):
             return self._finish(job, "stop")
         if job.n_gen == job.n_predict or job.slot.n_past >= model.n_ctx:
             return self._finish(job, "length")
@@ -243,7 +243,10 @@ class Engine:
 
     def _finish(self, job, reason):
         self._retire(job)
-        tail = "" if reason == "stop" and job.stops.hit else job.stops.flush(job.decoder.decode(b"", final=True))
+        tail = ""
+        if job.stops.hit is None:
+            tail, hit = job.stops.push(job.decoder.decode(b"", final=True))
+            tail += "" if hit is not None else job.stops.flush()
         self.n_served += 1
         job.emit(Finished(reason, len(job.ids), len(job.history) - len(job.ids), tail))
 
