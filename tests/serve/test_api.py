@@ -138,6 +138,60 @@ def test_transcription_of_a_real_clip(client):
     assert out.text == "I do. I think that America do it very well."
 
 
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                          "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+          "required": ["name", "age"], "additionalProperties": False}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+                   "required": ["city"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The time now in a timezone.",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 30}},
+                   "required": ["tz"], "additionalProperties": False}}}
+
+
+def test_json_schema_response_parses_and_validates(client):
+    jsonschema = pytest.importorskip("jsonschema")
+    for stream in (False, True):
+        got = client.chat.completions.create(
+            model="smollm2", messages=[{"role": "user", "content": "Invent a person: name and age."}],
+            temperature=0.7, seed=1, max_tokens=80, stream=stream,
+            response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})
+        text = "".join(c.choices[0].delta.content or "" for c in got if c.choices) if stream \
+            else got.choices[0].message.content
+        jsonschema.validate(json.loads(text), PERSON)
+    obj = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "A colour as JSON."}],
+                                         temperature=0, max_tokens=60, response_format={"type": "json_object"})
+    assert isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+def test_a_forced_tool_call(client):
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+        got = client.chat.completions.create(model="smollm2", messages=messages, tools=[WEATHER, TIME],
+                                             tool_choice=choice, temperature=0, max_tokens=60)
+        c = got.choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.content is None
+        call = c.message.tool_calls[0]
+        assert call.type == "function" and call.id.startswith("call_")
+        assert call.function.name in ("get_weather", "get_time")
+        args = json.loads(call.function.arguments)
+        assert set(args) == ({"city"} if call.function.name == "get_weather" else {"tz"})
+    streamed = list(client.chat.completions.create(
+        model="smollm2", messages=messages, tools=[WEATHER], tool_choice="required", temperature=0,
+        max_tokens=60, stream=True))
+    calls = [tc for c in streamed if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert len(calls) == 1 and calls[0].function.name == "get_weather"
+    assert streamed[-1].choices[0].finish_reason == "tool_calls"
+    # the result goes back through the template as the next turn, and the model answers
+    answer = client.chat.completions.create(model="smollm2", tools=[WEATHER], temperature=0, max_tokens=30,
+                                            tool_choice="none", messages=messages + [
+        {"role": "assistant", "content": None, "tool_calls": [calls[0].model_dump()]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": '{"sky": "sunny", "celsius": 21}'}])
+    assert answer.choices[0].message.content and not answer.choices[0].message.tool_calls
+
+
 # -- bad requests: the status and OpenAI's error object ---------------------------------------
 
 def post(server, path, body=None, key=KEY, content=None, headers=None):
@@ -193,6 +247,13 @@ def test_prompt_longer_than_the_context(server):
                  "context_length_exceeded")
     assert_error(post(server, "/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": long}]}),
                  400, "context_length_exceeded")
+
+
+def test_unusable_schema_and_unknown_tool(server):
+    bad = {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}}
+    assert_error(post(server, "/v1/chat/completions", bad), 400)
+    named = {**CHAT, "tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "other"}}}
+    assert_error(post(server, "/v1/chat/completions", named), 400)
 
 
 def test_unknown_route_and_method(server):
