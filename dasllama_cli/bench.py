@@ -1,12 +1,14 @@
 """`dasllama bench`: llama-bench's tests and output for our engine, with llama-bench itself run
 beside it (--ref llama.cpp) and a receipt of the machine, software and inputs; with a Whisper
 model, transcriptions of AUDIO files timed beside whisper.cpp's (--ref whisper.cpp)."""
+import json
 import os
 import shlex
 
 import click
 
 from dasllama.core import load
+from dasllama.core.tools.bench_serve import bodies_for, run_load, summary
 from dasllama.core.tools.bench_llm import IDLE_WAIT_S, add_bandwidth, run_bench, tests_for
 from dasllama.core.tools.receipt import (build_info, build_receipt, physical_cores, probe_hardware,
                                          write_results)
@@ -23,6 +25,28 @@ FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "m
           "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads",
           "type_k", "type_v", "n_prompt", "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns",
           "avg_ts", "stddev_ts")
+
+
+def bench_serve(url, n_gen, repetitions, concurrency, fmt):
+    rows = []
+    for _ in range(repetitions):
+        for clients in (1, concurrency):
+            results, wall = run_load(url, bodies_for(8, n_gen), clients, os.environ.get("DASLLAMA_API_KEY"))
+            failed = [r.error for r in results if r.error]
+            if failed:
+                raise click.ClickException(f"{url}: a request failed ({failed[0]}); is `dasllama serve` "
+                                           "running there (and --api-key in $DASLLAMA_API_KEY)?")
+            rows.append({"concurrency": clients, **summary(results, wall)})
+            click.echo(f"bench: {clients} client(s): {rows[-1]['tokens_per_s']:.1f} t/s", err=True)
+    if fmt in ("json", "jsonl"):
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    click.echo("| clients | requests | gen tokens | t/s | ttft p50 ms | ttft p99 ms |")
+    click.echo("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        click.echo(f"| {r['concurrency']} | {r['requests']} | {r['gen_tokens']} | {r['tokens_per_s']:.1f} "
+                   f"| {(r['ttft_p50_s'] or 0) * 1000:.0f} | {(r['ttft_p99_s'] or 0) * 1000:.0f} |")
 
 
 def int_list(ctx, param, value):
@@ -68,10 +92,19 @@ def int_list(ctx, param, value):
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
               show_default=True, help="Whisper: the task for both engines.")
 @click.option("-nt", "--no-timestamps", is_flag=True, help="Whisper: decode without timestamp tokens.")
+@click.option("--serve", "serve_url", metavar="URL",
+              help="Load a running `dasllama serve` at URL instead: 8 streamed completions of -n "
+                   "tokens at 1 and at --concurrency clients, alternated -r times; tokens/s and "
+                   "time to first token (p50, p99).")
+@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 64),
+              help="--serve: the clients at once to compare with one.")
 def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, ref, ref_bin, ref_model,
-              wait_idle, receipt_path, language, task, no_timestamps):
+              wait_idle, receipt_path, language, task, no_timestamps, serve_url, concurrency):
     """Measure prompt (pp) and generation (tg) speed as llama-bench does; with a Whisper model,
     the wall time and real-time factor of transcribing AUDIO."""
+    if serve_url:
+        bench_serve(serve_url, n_gen[0] if n_gen else 32, repetitions, concurrency, fmt)
+        return
     if asr or (model_path and is_whisper_model(model_path)):
         if ref == "llama.cpp":
             raise click.UsageError("--ref llama.cpp times language models; a Whisper model takes "

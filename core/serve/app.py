@@ -254,13 +254,11 @@ async def _chat(server, body, request):
     model = engine.model
     _check_model(body.model, (server.alias,))
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-    if isinstance(body.tool_choice, str) or body.tool_choice is None:
-        choice = body.tool_choice
-    else:
-        choice = body.tool_choice
-        if not any(t["function"]["name"] == choice.function.name for t in tools or []):
-            raise APIError(400, f"tool_choice names '{choice.function.name}', which is not among the tools",
-                           "invalid_value", "tool_choice")
+    choice = body.tool_choice
+    if hasattr(choice, "function") and not any(t["function"]["name"] == choice.function.name
+                                               for t in tools or []):
+        raise APIError(400, f"tool_choice names '{choice.function.name}', which is not among the tools",
+                       "invalid_value", "tool_choice")
     schema = tool_schema(tools, choice)
     fmt = body.response_format
     if schema is None and fmt is not None and fmt.type == "json_schema":

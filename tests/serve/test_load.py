@@ -106,3 +106,14 @@ def test_throughput_four_sequences_against_one(server):
     by = {c: [r["tokens_per_s"] for r in rows if r["concurrency"] == c] for c in (1, N_PARALLEL)}
     print(f"serve load: {N_PARALLEL} sequences / 1 = "
           f"{sum(by[N_PARALLEL]) / sum(by[1]):.2f}x tokens/s", file=sys.stderr)
+
+
+def test_bench_serve_mode_reports_both_concurrencies(server):
+    from click.testing import CliRunner
+
+    from dasllama_cli.main import cli
+    r = CliRunner().invoke(cli, ["bench", "--serve", server, "-n", "8", "-r", "1", "-o", "json"])
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["concurrency"] for row in rows] == [1, 4]
+    assert all(row["completed"] == 8 and row["gen_tokens"] == 64 and row["ttft_p50_s"] > 0 for row in rows)
