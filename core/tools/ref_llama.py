@@ -95,6 +95,17 @@ class Reference:
         self.version.setdefault("llama_cpp_python", reply["version"])
         return [RefRun(r["prompt_ids"], r["ids"], r["pieces"], r["top"]) for r in reply["runs"]]
 
+    def embeddings(self, model_path, prompts_ids, n_threads=2, n_ctx=512):
+        """llama.cpp's mean-pooled embedding (not normalised) of each token-id list: (n, n_embd)."""
+        if not self.has_bindings:
+            raise ReferenceError(f"embeddings need llama.cpp's Python bindings: {HOW_TO_GET}.")
+        request = {"model": os.fspath(model_path), "n_threads": n_threads, "n_ctx": n_ctx,
+                   "prompts": [[int(i) for i in ids] for ids in prompts_ids]}
+        done = self._run_worker("embed", request)
+        if done.returncode != 0:
+            raise ReferenceError(f"llama.cpp's embeddings failed on {model_path}: {last_line(done.stderr)}")
+        return np.array(json.loads(done.stdout)["embeddings"], np.float32)
+
     def greedy_by_completion(self, model_path, prompt, n_predict, n_threads, n_ctx):
         """Exact greedy ids from llama-completion, read back from the session file it saves.
 

@@ -71,8 +71,9 @@ def tensor_array(t):
     return np.array(view, np.float32)
 
 
-def open_llama(req, cb_eval=None):
-    """(llama_cpp, model, ctx) for a request's model, threads and context, logs silenced."""
+def open_llama(req, cb_eval=None, pooling=None):
+    """(llama_cpp, model, ctx) for a request's model, threads and context, logs silenced;
+    pooling: an embeddings context pooling that way (llama.cpp's --embeddings --pooling)."""
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
     import llama_cpp as L
@@ -91,6 +92,8 @@ def open_llama(req, cb_eval=None):
         callback = L.ggml_backend_sched_eval_callback(cb_eval)
         _KEEP.append(callback)                                     # C holds it
         cp.cb_eval = callback
+    if pooling is not None:
+        cp.embeddings, cp.pooling_type = True, pooling
     return L, model, L.llama_init_from_model(model, cp)
 
 
@@ -176,7 +179,23 @@ def greedy(req):
     json.dump({"version": getattr(L, "__version__", "?"), "runs": runs}, sys.stdout)
 
 
-TASKS = {"greedy": greedy, "tensors": tensors}
+def embed(req):
+    """Request: model, prompts (token id lists), n_threads, n_ctx. Each prompt's mean-pooled
+    embedding, as `llama-server --embeddings --pooling mean` computes it before normalising."""
+    L, model, ctx = open_llama(req, pooling=L_POOLING_MEAN)
+    n_embd = L.llama_model_n_embd(model)
+    out = []
+    for ids in req["prompts"]:
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        arr = (L.llama_token * len(ids))(*ids)
+        if L.llama_decode(ctx, L.llama_batch_get_one(arr, len(ids))) != 0:
+            sys.exit("llama_decode failed")
+        out.append(np.ctypeslib.as_array(L.llama_get_embeddings_seq(ctx, 0), shape=(n_embd,)).tolist())
+    json.dump({"embeddings": out}, sys.stdout)
+
+
+L_POOLING_MEAN = 1      # enum llama_pooling_type: LLAMA_POOLING_TYPE_MEAN
+TASKS = {"greedy": greedy, "tensors": tensors, "embed": embed}
 
 
 if __name__ == "__main__":

@@ -114,6 +114,20 @@ def test_embeddings_are_unit_mean_pooled_and_repeatable(client):
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
 
 
+def test_embeddings_equal_llama_cpp_mean_pooling(client, smollm2_path, llama_bin):
+    from dasllama.core.llm.model import open_runnable, tokenizer_of
+    from dasllama.core.tools.ref_llama import find_reference
+    reference = find_reference(llama_bin)
+    if not reference.has_bindings:
+        pytest.skip("llama.cpp's Python bindings are not in the reference build")
+    tok = tokenizer_of(open_runnable(smollm2_path))
+    ids = [tok.encode(t, add_special=True) for t in ("a red apple", "The history of the city begins.")]
+    theirs = reference.embeddings(smollm2_path, ids)
+    theirs /= np.linalg.norm(theirs, axis=1, keepdims=True)   # llama-server's default normalisation
+    ours = np.array([d.embedding for d in client.embeddings.create(model="smollm2", input=ids).data])
+    assert np.abs(ours - theirs).max() < 1e-6
+
+
 def test_speech_then_transcription_round_trip(client):
     sentence = "The quick brown fox jumps over the lazy dog."
     wav = client.audio.speech.create(model="tts-1", voice="alloy", input=sentence).read()
