@@ -56,9 +56,11 @@ def create_app(server):
 
     @app.get("/health")
     async def health():
-        active, waiting = server.engine.load()
+        if not server.engine.thread.is_alive():
+            raise APIError(503, "the engine thread has stopped; restart the server", "engine_down")
+        active, waiting, cancelled = server.engine.load()
         return {"status": "ok", "slots_active": active, "slots_total": len(server.engine.slots),
-                "queue": waiting}
+                "queue": waiting, "requests_cancelled": cancelled}
 
     @app.get("/v1/models", dependencies=auth)
     async def models():
@@ -211,13 +213,16 @@ class Choices:
         """Every job's events, cancelling all when the client goes away (None then)."""
         out = [[] for _ in self.jobs]
         left = len(self.jobs)
+        checked = time.monotonic()
         while left:
-            try:
-                index, event = await asyncio.wait_for(self.events.get(), POLL_S)
-            except asyncio.TimeoutError:
+            if time.monotonic() - checked > POLL_S:     # tokens may come faster than POLL_S
+                checked = time.monotonic()
                 if await self.request.is_disconnected():
                     self.cancel()
                     return None
+            try:
+                index, event = await asyncio.wait_for(self.events.get(), POLL_S)
+            except asyncio.TimeoutError:
                 continue
             if isinstance(event, Exception):
                 self.cancel()
@@ -461,8 +466,9 @@ async def _embeddings(server, body, request):
         raise _api_error(result)
     data = []
     for i, vector in enumerate(result):
-        if body.dimensions:
+        if body.dimensions:     # as OpenAI's shortened embeddings: cut, then unit length again
             vector = vector[:body.dimensions]
+            vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
         value = (base64.b64encode(vector.astype("<f4").tobytes()).decode()
                  if body.encoding_format == "base64" else vector.tolist())
         data.append({"object": "embedding", "index": i, "embedding": value})

@@ -90,6 +90,7 @@ class Engine:
         self.lock = threading.Condition()
         self.running = True
         self.n_served = 0
+        self.n_cancelled = 0     # jobs dropped because their client went away
         if n_parallel > 1:      # compile (or load) the batched step now, not in a request
             model.decode_batch([0, 0], self.slots[:2])
             for kv in self.slots:
@@ -102,8 +103,8 @@ class Engine:
         return self.model.n_ctx
 
     def submit(self, work):
-        """Queue a Job or Task; QueueFull when max_queue are waiting already, ContextFull
-        when a Job's prompt cannot fit one sequence's context."""
+        """Queue a Job or Task; QueueFull when max_queue are waiting already beyond the free
+        sequences, ContextFull when a Job's prompt cannot fit one sequence's context."""
         if isinstance(work, Job):
             if not work.ids:
                 raise ValueError("the prompt is empty: give some text.")
@@ -111,7 +112,8 @@ class Engine:
                 raise ContextFull(f"the prompt is {len(work.ids)} tokens but a sequence's context is "
                                   f"{self.n_ctx}: shorten it (or start the server with a larger -c).")
         with self.lock:
-            if len(self.waiting) >= self.max_queue:
+            free = max(0, len(self.slots) - len(self.active))
+            if len(self.waiting) >= self.max_queue + free:
                 raise QueueFull(f"{len(self.waiting)} requests are waiting already")
             self.waiting.append(work)
             self.lock.notify()
@@ -123,9 +125,9 @@ class Engine:
         self.thread.join(timeout=10)
 
     def load(self):
-        """(active sequences, waiting requests), for /health."""
+        """(active sequences, waiting requests, jobs cancelled so far), for /health."""
         with self.lock:
-            return len(self.active), len(self.waiting)
+            return len(self.active), len(self.waiting), self.n_cancelled
 
     # -- the engine thread -----------------------------------------------------------------
 
@@ -157,6 +159,8 @@ class Engine:
             self.waiting.popleft()
             if not work.cancelled:
                 admitted.append(work)
+            elif isinstance(work, Job):
+                self.n_cancelled += 1
         return admitted
 
     def _guarded(self, work, fn):
@@ -192,6 +196,7 @@ class Engine:
         for job in list(self.active):
             if job.cancelled:
                 self._retire(job)
+                self.n_cancelled += 1
             elif job.pending:
                 self._guarded(job, self._prefill)
             else:

@@ -103,7 +103,6 @@ class ChatRequest(Sampling):
 class CompletionRequest(Sampling):
     prompt: Union[str, list[str], list[int], list[list[int]]]
     logprobs: int | None = Field(None, ge=0, le=5)
-    echo: bool = False
 
 
 class EmbeddingRequest(Lenient):
