@@ -3,16 +3,14 @@
     app = create_app(Server(model, alias="smollm2", n_parallel=4))
 """
 import asyncio
-import base64
 import json
 import secrets
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from ..llm.constrain import Constraint, ConstraintError
 from ..llm.model import ContextFull
@@ -20,8 +18,9 @@ from ..llm.sampling import SamplerParams
 from . import errors
 from .audio import TRANSCRIPTION_FORMATS
 from .chat import parse_tool_reply, request_ids, tool_schema
-from .engine import Engine, Finished, Job, QueueFull, Task
-from .errors import APIError
+from .engine import Engine, Finished, Job, QueueFull
+from .embeddings import embeddings_response
+from .errors import APIError, BodyLimit, api_error, check_model
 from .schemas import MAX_STOPS, ChatRequest, CompletionRequest, EmbeddingRequest, SpeechRequest
 
 DEFAULT_MAX_BODY = 25 << 20        # OpenAI's limit on an audio upload
@@ -79,7 +78,7 @@ def create_app(server):
 
     @app.post("/v1/embeddings", dependencies=auth)
     async def embeddings(body: EmbeddingRequest, request: Request):
-        return await _embeddings(server, body, request)
+        return await embeddings_response(server, body, request)
 
     @app.post("/v1/audio/transcriptions", dependencies=auth)
     async def transcriptions(file: UploadFile = File(...), model: str = Form(None),
@@ -88,7 +87,7 @@ def create_app(server):
         if server.transcriber is None:
             raise APIError(404, "this server has no Whisper model: start it with --whisper-model DIR",
                            "model_not_found", "model")
-        _check_model(model, (server.transcriber_alias, "whisper-1"))
+        check_model(model, (server.transcriber_alias, "whisper-1"))
         if response_format not in TRANSCRIPTION_FORMATS:
             raise APIError(400, f"response_format must be one of {', '.join(TRANSCRIPTION_FORMATS)}",
                            "invalid_value", "response_format")
@@ -105,7 +104,7 @@ def create_app(server):
         if server.speaker is None:
             raise APIError(404, "this server has no voice: start it with --voice-model VOICE.onnx",
                            "model_not_found", "model")
-        _check_model(body.model, (server.speaker_alias, "tts-1", "tts-1-hd"))
+        check_model(body.model, (server.speaker_alias, "tts-1", "tts-1-hd"))
         media, audio = await _on_worker(server.speaker.worker, server.speaker.run, body.input,
                                         body.response_format, body.speed)
         return Response(audio, media_type=media)
@@ -126,12 +125,6 @@ async def _on_worker(worker, fn, *args):
         return await asyncio.wrap_future(worker.submit(fn, *args))
     except ValueError as e:        # the engines' one-sentence errors about the input
         raise APIError(400, str(e), "invalid_value") from None
-
-
-def _check_model(name, known):
-    if name is not None and name not in known:
-        raise APIError(404, f"the model '{name}' does not exist here; GET /v1/models lists "
-                            f"this server's: {', '.join(known)}", "model_not_found", "model")
 
 
 # -- text generation ------------------------------------------------------------------------
@@ -226,18 +219,10 @@ class Choices:
                 continue
             if isinstance(event, Exception):
                 self.cancel()
-                raise _api_error(event)
+                raise api_error(event)
             out[index].append(event)
             left -= isinstance(event, Finished)
         return out
-
-
-def _api_error(e):
-    if isinstance(e, APIError):
-        return e
-    if isinstance(e, (ContextFull, ValueError)):
-        return APIError(400, str(e), "invalid_value")
-    return APIError(500, f"the engine failed: {type(e).__name__}: {e}", "internal_error")
 
 
 def _text(events):
@@ -257,7 +242,7 @@ def _finished(events):
 async def _chat(server, body, request):
     engine = server.engine
     model = engine.model
-    _check_model(body.model, (server.alias,))
+    check_model(body.model, (server.alias,))
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
     choice = body.tool_choice
     if hasattr(choice, "function") and not any(t["function"]["name"] == choice.function.name
@@ -349,7 +334,7 @@ def _sse(chunks, choices):
                 yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
             yield "data: [DONE]\n\n"
         except Exception as e:  # noqa: BLE001 -- the status is sent: report in the stream
-            err = _api_error(e)
+            err = api_error(e)
             yield f"data: {json.dumps(errors.error_body(err.status, err.message, err.code))}\n\n"
         finally:
             choices.cancel()       # a client that went away stops its sequences
@@ -360,7 +345,7 @@ def _sse(chunks, choices):
 async def _completions(server, body, request):
     engine = server.engine
     tok = engine.model.tokenizer
-    _check_model(body.model, (server.alias,))
+    check_model(body.model, (server.alias,))
     prompts = body.prompt
     if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
         prompts = [prompts]
@@ -413,98 +398,3 @@ async def _completion_chunks(choices, head, body):
             yield {**head, "choices": [{"index": i, "text": event.text, "logprobs": None, "finish_reason": None}]}
     if body.stream_options and body.stream_options.include_usage:
         yield {**head, "choices": [], "usage": _usage(finished)}
-
-
-# -- embeddings -----------------------------------------------------------------------------
-
-def mean_pooled(model, ids):
-    """llama.cpp's --embeddings with mean pooling: the output-normed hidden states averaged
-    over the tokens, then scaled to unit length (its default, euclidean normalisation)."""
-    model.reset()
-    pooled = model.hidden_states(ids).astype(np.float64).mean(axis=0)
-    norm = np.linalg.norm(pooled)
-    return (pooled / norm if norm > 0 else pooled).astype(np.float32)
-
-
-async def _embeddings(server, body, request):
-    engine = server.engine
-    model = engine.model
-    if not server.embeddings:
-        raise APIError(400, "embeddings are off on this server (--no-embeddings)", "unsupported")
-    _check_model(body.model, (server.alias,))
-    inputs = body.input
-    if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
-        inputs = [inputs]
-    if not inputs or len(inputs) > 256:
-        raise APIError(400, "give 1 to 256 inputs", "invalid_value", "input")
-    batch = []
-    for item in inputs:
-        ids = (model.tokenizer.encode(item, add_special=True, parse_special=False)
-               if isinstance(item, str) else [int(i) for i in item])
-        if not ids:
-            raise APIError(400, "an input is empty", "invalid_value", "input")
-        if len(ids) > engine.n_ctx:
-            raise APIError(400, f"an input is {len(ids)} tokens, more than the context of {engine.n_ctx}",
-                           "context_length_exceeded", "input")
-        if any(not 0 <= i < model.n_vocab for i in ids):
-            raise APIError(400, "a token id is outside the vocabulary", "invalid_value", "input")
-        batch.append(ids)
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    emit = lambda result: loop.call_soon_threadsafe(done.set_result, result)  # noqa: E731
-    task = Task(fn=lambda m: [mean_pooled(m, ids) for ids in batch], emit=emit)
-    try:
-        engine.submit(task)
-    except QueueFull:
-        raise APIError(503, "the server is busy; retry shortly", "server_busy",
-                       headers={"Retry-After": "1"}) from None
-    try:
-        result = await done
-    finally:
-        task.cancel()
-    if isinstance(result, Exception):
-        raise _api_error(result)
-    data = []
-    for i, vector in enumerate(result):
-        if body.dimensions:     # as OpenAI's shortened embeddings: cut, then unit length again
-            vector = vector[:body.dimensions]
-            vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
-        value = (base64.b64encode(vector.astype("<f4").tobytes()).decode()
-                 if body.encoding_format == "base64" else vector.tolist())
-        data.append({"object": "embedding", "index": i, "embedding": value})
-    n_tokens = sum(len(ids) for ids in batch)
-    return JSONResponse({"object": "list", "data": data, "model": server.alias,
-                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
-
-
-# -- request size ---------------------------------------------------------------------------
-
-class BodyLimit:
-    """A 413 OpenAI error for a body over `limit` bytes, by its Content-Length or, for a
-    chunked body, once that many bytes have come."""
-
-    def __init__(self, app, limit):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope.get("headers", ())).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return await self._reject(scope, receive, send)
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise APIError(413, self._message(), "request_too_large")
-            return message
-        await self.app(scope, limited, send)
-
-    def _message(self):
-        return f"the request body is larger than this server's limit of {self.limit} bytes"
-
-    async def _reject(self, scope, receive, send):
-        await errors.error_response(413, self._message(), "request_too_large")(scope, receive, send)
