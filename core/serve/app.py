@@ -394,7 +394,9 @@ async def _completion_chunks(choices, head, body):
             finished.append(event)
             yield {**head, "choices": [{"index": i, "text": event.text, "logprobs": None,
                                         "finish_reason": event.reason}]}
-        elif event.text:
-            yield {**head, "choices": [{"index": i, "text": event.text, "logprobs": None, "finish_reason": None}]}
+        elif event.text or event.logprob is not None:
+            logprobs = None if event.logprob is None else _completion_logprobs([event])
+            yield {**head, "choices": [{"index": i, "text": event.text, "logprobs": logprobs,
+                                        "finish_reason": None}]}
     if body.stream_options and body.stream_options.include_usage:
         yield {**head, "choices": [], "usage": _usage(finished)}

@@ -82,6 +82,11 @@ def test_completion_greedy_equals_generate_and_stop_cuts_it(client, smollm2_path
     streamed = "".join(c.choices[0].text for c in client.completions.create(
         model="smollm2", prompt=prompt, temperature=0, max_tokens=20, stream=True) if c.choices)
     assert streamed == expected
+    scored = client.completions.create(model="smollm2", prompt=prompt, temperature=0, max_tokens=5, logprobs=2)
+    lp = scored.choices[0].logprobs
+    assert "".join(lp.tokens) == scored.choices[0].text == expected[:len(scored.choices[0].text)]
+    assert all(len(top) == 2 and max(top.values()) == pytest.approx(best)    # greedy: the best
+               for top, best in zip(lp.top_logprobs, lp.token_logprobs))
     words = expected.split()
     stop = " " + words[len(words) // 2]
     cut = expected[:expected.index(stop)]
