@@ -1,6 +1,7 @@
 """`dasllama serve`: one resident model behind an OpenAI-compatible HTTP API (llama-server's flags)."""
 import errno
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -84,6 +85,12 @@ def serve_cmd(model_path, model_alias, host, port, threads, ctx_size, parallel, 
         click.echo(f"dasllama: serving {os.path.basename(model.path)} as '{alias}' on "
                    f"http://{host}:{port}/v1 ({parallel} sequence{'s' * (parallel > 1)} of "
                    f"{model.n_ctx} tokens, {model.n_threads} threads)", err=True)
-    uvicorn.run(create_app(server), host=host, port=port, log_level="error" if quiet else "warning",
-                timeout_graceful_shutdown=3)
-    server.engine.stop()
+    http = uvicorn.Server(uvicorn.Config(create_app(server), host=host, port=port,
+                                         log_level="error" if quiet else "warning",
+                                         timeout_graceful_shutdown=3))
+    try:
+        http.run()
+    finally:
+        server.engine.stop()
+    if signal.SIGINT in getattr(http, "_captured_signals", ()):
+        raise KeyboardInterrupt     # Ctrl-C: the shell's 130, as every other command
