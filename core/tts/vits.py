@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dasllama.kernels.tts.conv import conv1d_tiled, tiled
 from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
 
@@ -35,10 +36,18 @@ class Conv:
     groups: int
     transpose: bool
 
-    def __call__(self, x):   # x: (C_in, T)
+    def __call__(self, x, slope=1.0, residual=None):
+        """residual + conv(leaky_relu(x, slope)); x (C_in, T). Dense convs run on the register
+        tiles (kernels/tts/conv.py) with the activation and the residual fused."""
+        if not self.transpose and tiled(self.weight, self.groups):
+            return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual)
+        if slope != 1.0:
+            x = leaky_relu(x, slope)
         if self.transpose:
-            return conv_transpose1d(x, self.weight, self.bias, self.stride, self.pads[0])
-        return conv1d(x, self.weight, self.bias, self.pads, self.dilation, self.groups)
+            out = conv_transpose1d(x, self.weight, self.bias, self.stride, self.pads[0])
+        else:
+            out = conv1d(x, self.weight, self.bias, self.pads, self.dilation, self.groups)
+        return out if residual is None else out + residual
 
 
 def _module_name(node, weights):
@@ -251,11 +260,11 @@ class Vits:
         p = f"dec.resblocks.{j}"
         if p + ".convs.0" in self.convs:                           # ResBlock2
             for c in range(_count(self.convs, p + ".convs.{}")):
-                x = x + self.convs[f"{p}.convs.{c}"](leaky_relu(x, 0.1))
+                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x)
             return x
         for c in range(_count(self.convs, p + ".convs1.{}")):     # ResBlock1
-            y = self.convs[f"{p}.convs1.{c}"](leaky_relu(x, 0.1))
-            x = x + self.convs[f"{p}.convs2.{c}"](leaky_relu(y, 0.1))
+            y = self.convs[f"{p}.convs1.{c}"](x, 0.1)
+            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x)
         return x
 
     def resblock_reach(self, j):
@@ -289,8 +298,8 @@ class Vits:
         if g is not None:
             x = x + self.convs["dec.cond"](g)
         for i in range(self.n_ups):
-            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](leaky_relu(x, 0.1)))
-        return np.tanh(self.convs["dec.conv_post"](leaky_relu(x, 0.01)))[0]
+            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1))
+        return np.tanh(self.convs["dec.conv_post"](x, 0.01))[0]
 
     # -- the whole utterance -----------------------------------------------------------------
 
