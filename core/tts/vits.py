@@ -36,11 +36,13 @@ class Conv:
     groups: int
     transpose: bool
 
-    def __call__(self, x, slope=1.0, residual=None):
+    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1):
         """residual + conv(leaky_relu(x, slope)); x (C_in, T). Dense convs run on the register
-        tiles (kernels/tts/conv.py) with the activation and the residual fused."""
+        tiles (kernels/tts/conv.py) with the activation and the residual fused, their output
+        channels split in n_parts on `pool` when one is given."""
         if not self.transpose and tiled(self.weight, self.groups):
-            return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual)
+            return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual,
+                                pool, n_parts)
         if slope != 1.0:
             x = leaky_relu(x, slope)
         if self.transpose:
@@ -146,10 +148,11 @@ class Vits:
 
     # -- text encoder -----------------------------------------------------------------------
 
-    def attention(self, i, x):
-        """Multi-head self-attention with windowed relative positions (keys and values)."""
+    def attention(self, i, x, par):
+        """x + multi-head self-attention with windowed relative positions (keys and values);
+        par: the pool and parts the projections split their output channels in."""
         p = f"enc_p.encoder.attn_layers.{i}"
-        q, k, v = self.convs[p + ".conv_q"](x), self.convs[p + ".conv_k"](x), self.convs[p + ".conv_v"](x)
+        q, k, v = (self.convs[f"{p}.conv_{c}"](x, **par) for c in "qkv")
         n_ctx, head_dim = x.shape[1], self.hidden // self.n_heads
         rel_k, rel_v = self.rel_k[i], self.rel_v[i]                # (2 * window + 1, head_dim)
         window = rel_k.shape[0] // 2
@@ -170,18 +173,21 @@ class Vits:
             oh = probs @ v[sl].T                                   # (n_ctx, head_dim)
             band = np.where(valid, probs[rows, cols_c], 0.0)       # (n_ctx, 2w+1)
             out[sl] = (oh + band @ rel_v).T
-        return self.convs[p + ".conv_o"](out)
+        return self.convs[p + ".conv_o"](out, residual=x, **par)
 
-    def ffn(self, i, x):
+    def ffn(self, i, x, par):
+        """x + conv_2(relu(conv_1(x))) (the ReLU as a leaky one of slope 0)."""
         p = f"enc_p.encoder.ffn_layers.{i}"
-        return self.convs[p + ".conv_2"](np.maximum(self.convs[p + ".conv_1"](x), 0.0))
+        return self.convs[p + ".conv_2"](self.convs[p + ".conv_1"](x, **par), 0.0, residual=x, **par)
 
-    def encode(self, ids):
-        """Phoneme ids -> (hidden states, prior mean, prior log-std), each (channels, n_ids)."""
+    def encode(self, ids, pool=None, n_parts=1):
+        """Phoneme ids -> (hidden states, prior mean, prior log-std), each (channels, n_ids);
+        the encoder's convs split their output channels in n_parts on `pool` when given."""
+        par = {"pool": pool, "n_parts": n_parts}
         x = (self.emb[ids] * math.sqrt(self.hidden)).T             # (hidden, n_ids)
         for i in range(self.n_layers):
-            x = self.norm(f"enc_p.encoder.norm_layers_1.{i}", x + self.attention(i, x))
-            x = self.norm(f"enc_p.encoder.norm_layers_2.{i}", x + self.ffn(i, x))
+            x = self.norm(f"enc_p.encoder.norm_layers_1.{i}", self.attention(i, x, par))
+            x = self.norm(f"enc_p.encoder.norm_layers_2.{i}", self.ffn(i, x, par))
         stats = self.convs["enc_p.proj"](x)
         half = stats.shape[0] // 2
         return x, stats[:half], stats[half:]
@@ -308,11 +314,11 @@ class Vits:
             return None
         return self.emb_g[sid][:, None]                            # (gin, 1)
 
-    def durations(self, ids, length_scale=1.0, noise_w=0.8, sid=0, rng=None):
+    def durations(self, ids, length_scale=1.0, noise_w=0.8, sid=0, rng=None, pool=None, n_parts=1):
         """(encoder outputs, integer frame count per id), the part before the waveform."""
         ids = np.asarray(ids, dtype=np.int64)
         g = self.speaker(sid)
-        x, m_p, logs_p = self.encode(ids)
+        x, m_p, logs_p = self.encode(ids, pool, n_parts)
         logw = self.log_durations(x, noise_w, g, rng)
         frames = np.ceil(np.exp(logw) * length_scale).astype(np.int64)
         return (m_p, logs_p), frames
@@ -350,7 +356,7 @@ class Vits:
         n_chunks pieces on `pool` when one is given (flow and decoder)."""
         rng = np.random.default_rng(seed)
         g = self.speaker(sid)
-        (m_p, logs_p), frames = self.durations(ids, length_scale, noise_w, sid, rng)
+        (m_p, logs_p), frames = self.durations(ids, length_scale, noise_w, sid, rng, pool, n_chunks)
         if frames.sum() == 0:                                      # VITS clamps to one frame
             m_p, logs_p, frames = m_p[:, :1] * 0, logs_p[:, :1] * 0, np.ones(1, np.int64)
         m = np.repeat(m_p, frames, axis=1)                         # (channels, n_frames)

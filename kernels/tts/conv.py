@@ -52,9 +52,10 @@ _kernels = {}
 
 
 def conv_kernel(rows, width, lanes):
-    """The tiled conv driver for one tile shape: run(xp, taps, dilation, out) adds
-    sum_k taps[k] @ xp[:, k*dilation : k*dilation + n_cols] into out (C_out, n_cols), with
-    C_out % rows == 0, n_cols % (width * lanes) == 0, xp (C_in, n_cols + dilation * (K - 1))."""
+    """The tiled conv driver for one tile shape: run(xp, taps, dilation, out, co_lo, co_hi)
+    adds sum_k taps[k] @ xp[:, k*dilation : k*dilation + n_cols] into rows co_lo..co_hi of
+    out (C_out, n_cols), with those bounds and C_out multiples of rows, n_cols of
+    width * lanes, xp (C_in, n_cols + dilation * (K - 1))."""
     key = (rows, width, lanes)
     if key in _kernels:
         return _kernels[key]
@@ -62,13 +63,13 @@ def conv_kernel(rows, width, lanes):
     cols = width * lanes
 
     @njit(**JIT)
-    def run(xp, taps, dilation, out):
+    def run(xp, taps, dilation, out, co_lo, co_hi):
         n_taps, c_out, c_in = taps.shape
         n_cols = out.shape[1]
         x_rs, c_rs = xp.shape[1] * 4, n_cols * 4
         xa, wa, oa = xp.ctypes.data, taps.ctypes.data, out.ctypes.data
         for t0 in range(0, n_cols, cols):          # the input window stays in L1 over all C_out
-            for co in range(0, c_out, rows):
+            for co in range(co_lo, co_hi, rows):
                 c = oa + (co * n_cols + t0) * 4
                 for k in range(n_taps):
                     tile(wa + ((k * c_out + co) * c_in) * 4, c_in * 4, 4,
@@ -87,10 +88,11 @@ def tiled(taps, groups=1):
     return groups == 1 and taps.shape[1] % CONV_ROWS == 0
 
 
-def conv1d_tiled(x, taps, bias, pads, dilation=1, slope=1.0, residual=None):
+def conv1d_tiled(x, taps, bias, pads, dilation=1, slope=1.0, residual=None, pool=None, n_parts=1):
     """residual + conv1d(leaky_relu(x, slope)): x (C_in, T), taps (K, C_out, C_in) contiguous,
     bias (C_out,) or None, residual (C_out, n_out) or None -> (C_out, n_out) with
-    n_out = T + pads - dilation * (K - 1). The result is a view of a buffer CONV_COLS wide."""
+    n_out = T + pads - dilation * (K - 1). The result is a view of a buffer CONV_COLS wide.
+    pool: an executor to split the output channels over in n_parts (the kernel frees the GIL)."""
     n_taps, c_out, c_in = taps.shape
     reach = dilation * (n_taps - 1)
     n_out = x.shape[1] + pads[0] + pads[1] - reach
@@ -100,7 +102,12 @@ def conv1d_tiled(x, taps, bias, pads, dilation=1, slope=1.0, residual=None):
     out = np.empty((c_out, n_cols), np.float32)
     _init(np.zeros(c_out, np.float32) if bias is None else bias,
           _EMPTY if residual is None else residual, n_out, out)
-    _run(xp, taps, dilation, out)
+    n_parts = min(n_parts, c_out // CONV_ROWS) if pool is not None else 1
+    if n_parts > 1:
+        bounds = [CONV_ROWS * (c_out // CONV_ROWS * i // n_parts) for i in range(n_parts + 1)]
+        list(pool.map(lambda i: _run(xp, taps, dilation, out, bounds[i], bounds[i + 1]), range(n_parts)))
+    else:
+        _run(xp, taps, dilation, out, 0, c_out)
     return out[:, :n_out]
 
 

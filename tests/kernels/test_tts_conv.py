@@ -42,3 +42,14 @@ def test_views_in_and_no_bias():
 def test_convs_the_tiles_do_not_take():
     assert not tiled(np.zeros((7, 1, 32), np.float32))          # HiFi-GAN's conv_post: one channel
     assert not tiled(np.zeros((3, 192, 1), np.float32), groups=192)   # depth-wise
+
+
+def test_channels_split_over_a_pool_give_the_same_bits():
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((24, 90)).astype(np.float32)
+    taps = rng.standard_normal((3, 12 * CONV_ROWS, 24)).astype(np.float32)
+    whole = conv1d_tiled(x, taps, None, (1, 1))
+    with ThreadPoolExecutor(3) as pool:
+        parts = conv1d_tiled(x, taps, None, (1, 1), pool=pool, n_parts=5)
+    assert np.array_equal(whole, parts)
