@@ -234,17 +234,17 @@ class Vits:
 
     # -- flow and decoder --------------------------------------------------------------------
 
-    def wavenet(self, prefix, x, g=None):
+    def wavenet(self, prefix, x, g, par):
         """The coupling layers' non-causal WaveNet: gated tanh-sigmoid units, skip sum."""
         cond = self.convs[prefix + ".cond_layer"](g) if g is not None else None
         out = np.zeros_like(x)
         hidden = x.shape[0]
         for i in range(self.n_wn):
-            a = self.convs[f"{prefix}.in_layers.{i}"](x)
+            a = self.convs[f"{prefix}.in_layers.{i}"](x, **par)
             if cond is not None:
                 a = a + cond[i * 2 * hidden:(i + 1) * 2 * hidden]
             acts = np.tanh(a[:hidden]) * (1.0 / (1.0 + np.exp(-a[hidden:])))
-            rs = self.convs[f"{prefix}.res_skip_layers.{i}"](acts)
+            rs = self.convs[f"{prefix}.res_skip_layers.{i}"](acts, **par)
             if i < self.n_wn - 1:
                 x = x + rs[:hidden]
                 out += rs[hidden:]
@@ -252,14 +252,16 @@ class Vits:
                 out += rs
         return out
 
-    def flow_reverse(self, z, g=None):
-        """The mean-only residual coupling flow run backwards (prior -> posterior latent)."""
+    def flow_reverse(self, z, g=None, pool=None, n_parts=1):
+        """The mean-only residual coupling flow run backwards (prior -> posterior latent);
+        its convs split their output channels in n_parts on `pool` when one is given."""
+        par = {"pool": pool, "n_parts": n_parts}
         for i in self.flows:
             z = z[::-1]
             half = z.shape[0] // 2
             p = f"flow.flows.{i}"
-            h = self.wavenet(p + ".enc", self.convs[p + ".pre"](z[:half]), g)
-            z = np.concatenate([z[:half], z[half:] - self.convs[p + ".post"](h)])
+            h = self.wavenet(p + ".enc", self.convs[p + ".pre"](z[:half], **par), g, par)
+            z = np.concatenate([z[:half], z[half:] - self.convs[p + ".post"](h, **par)])
         return z
 
     def resblock(self, j, x):
@@ -323,30 +325,24 @@ class Vits:
         frames = np.ceil(np.exp(logw) * length_scale).astype(np.int64)
         return (m_p, logs_p), frames
 
-    def flow_reach(self):
-        """Frames of context either side the reversed flow reads: its WaveNet convs' half-widths."""
-        return sum(c.dilation * (c.weight.shape[0] - 1) // 2 for name, c in self.convs.items()
-                   if name.startswith("flow.flows.") and ".in_layers." in name)
-
     def latent_to_audio(self, z_p, g=None, pool=None, n_chunks=1):
-        """flow_reverse then decode, over n_chunks spans of frames at once on `pool` (threads:
-        BLAS and numpy release the GIL). Each span runs the flow with the flow's reach plus
-        DECODE_HALO frames of context and the decoder with DECODE_HALO, and is cropped, so
-        the spans join into the whole utterance's waveform."""
+        """flow_reverse, its convs' output channels split over `pool` (the kernels and numpy
+        release the GIL), then decode over n_chunks spans of frames at once on it, each with
+        DECODE_HALO frames of context and cropped, so the spans join into the whole
+        utterance's waveform (the flow's ~500-frame products split well by channel; the
+        decoder's 32-128-channel ones split better by time)."""
         n_frames = z_p.shape[1]
         n_chunks = max(1, min(n_chunks, n_frames // MIN_CHUNK))
         if pool is None or n_chunks == 1:
             return self.decode(self.flow_reverse(z_p, g), g)
+        z = self.flow_reverse(z_p, g, pool, n_chunks)
         hop = int(np.prod([self.convs[f"dec.ups.{i}"].stride for i in range(self.n_ups)]))
         bounds = np.linspace(0, n_frames, n_chunks + 1).astype(int)
-        halo = self.flow_reach() + DECODE_HALO
 
         def chunk(i):
             a, b = bounds[i], bounds[i + 1]
-            lo, hi = max(0, a - halo), min(n_frames, b + halo)
-            z = self.flow_reverse(np.ascontiguousarray(z_p[:, lo:hi]), g)
             d_lo, d_hi = max(0, a - DECODE_HALO), min(n_frames, b + DECODE_HALO)
-            wav = self.decode(np.ascontiguousarray(z[:, d_lo - lo:d_hi - lo]), g)
+            wav = self.decode(np.ascontiguousarray(z[:, d_lo:d_hi]), g)
             return wav[(a - d_lo) * hop:(b - d_lo) * hop]
         return np.concatenate(list(pool.map(chunk, range(n_chunks))))
 
