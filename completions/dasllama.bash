@@ -29,7 +29,7 @@ _dasllama() {
             COMPREPLY=($(compgen -W "transcribe translate" -- "$cur")); return ;;
         speak:-m|speak:--model|speak:-f|speak:--file|speak:-o|speak:--output-file)
             COMPREPLY=(); compopt -o default; return ;;
-        speak:-s|speak:--speaker|speak:--speed|speak:--length-scale|speak:--noise-scale|speak:--noise-w|speak:--noise-w-scale|speak:--sentence-silence|speak:-t|speak:--threads)
+        speak:-s|speak:--speaker|speak:--speed|speak:--length-scale|speak:--noise-scale|speak:--noise-w|speak:--noise-w-scale|speak:--sentence-silence|speak:--rate|speak:-t|speak:--threads)
             COMPREPLY=(); return ;;
         speak:--phonemizer)
             COMPREPLY=($(compgen -W "lexicon espeak" -- "$cur")); return ;;
@@ -39,12 +39,12 @@ _dasllama() {
             COMPREPLY=(); return ;;
         bench:-m|bench:--model|bench:--ref-model|bench:--receipt)
             COMPREPLY=(); compopt -o default; return ;;
-        bench:-p|bench:--n-prompt|bench:-n|bench:--n-gen|bench:-r|bench:--repetitions|bench:-t|bench:--threads|bench:--wait-idle|bench:-l|bench:--language)
+        bench:-p|bench:--n-prompt|bench:-n|bench:--n-gen|bench:--sentences|bench:-r|bench:--repetitions|bench:-t|bench:--threads|bench:--wait-idle|bench:-l|bench:--language)
             COMPREPLY=(); return ;;
         bench:-o|bench:--output)
             COMPREPLY=($(compgen -W "md json csv jsonl" -- "$cur")); return ;;
         bench:--ref)
-            COMPREPLY=($(compgen -W "llama.cpp whisper.cpp" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "llama.cpp whisper.cpp piper" -- "$cur")); return ;;
         bench:--ref-bin)
             COMPREPLY=(); compopt -o dirnames; return ;;
         bench:--task)
@@ -54,7 +54,7 @@ _dasllama() {
         verify:-p|verify:--prompt|verify:-n|verify:--n-predict|verify:-t|verify:--threads|verify:-c|verify:--ctx-size|verify:--tie-gap|verify:--drift-bound|verify:-l|verify:--language)
             COMPREPLY=(); return ;;
         verify:--ref)
-            COMPREPLY=($(compgen -W "llama.cpp whisper.cpp" -- "$cur")); return ;;
+            COMPREPLY=($(compgen -W "llama.cpp whisper.cpp piper" -- "$cur")); return ;;
         verify:--ref-bin)
             COMPREPLY=(); compopt -o dirnames; return ;;
         verify:--task)
@@ -65,9 +65,9 @@ _dasllama() {
         case $cmd in
             generate) opts="-m --model -p --prompt -f --file -n --n-predict -c --ctx-size -t --threads -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n -s --seed --chat -sys --system-prompt --ignore-eos --json -q --quiet -h --help" ;;
             transcribe) opts="-m --model -f --format -o --output-dir -l --language --task -nt --no-timestamps -t --threads -q --quiet -h --help" ;;
-            speak) opts="-m --model -f --file -o --output-file --output-raw -s --speaker --speed --length-scale --noise-scale --noise-w --noise-w-scale --sentence-silence --phonemizer -t --threads -q --quiet -h --help" ;;
+            speak) opts="-m --model -f --file -o --output-file --output-raw --json-input --rate -s --speaker --speed --length-scale --noise-scale --noise-w --noise-w-scale --sentence-silence --phonemizer -t --threads -q --quiet -h --help" ;;
             tune) opts="-m --model --budget -t --threads --show --reset --force --no-warm -h --help" ;;
-            bench) opts="-m --model --asr -p --n-prompt -n --n-gen -r --repetitions -t --threads -o --output --ref --ref-bin --ref-model --wait-idle --receipt -l --language --task -nt --no-timestamps -h --help" ;;
+            bench) opts="-m --model --asr -p --n-prompt -n --n-gen --sentences -r --repetitions -t --threads -o --output --ref --ref-bin --ref-model --wait-idle --receipt -l --language --task -nt --no-timestamps -h --help" ;;
             verify) opts="-m --model --asr -p --prompt -n --n-predict --ref --ref-bin --ref-model -t --threads -c --ctx-size --tie-gap --drift-bound --layers --no-layers -l --language --task -nt --no-timestamps --strict --json -h --help" ;;
         esac
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

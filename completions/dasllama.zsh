@@ -54,6 +54,8 @@ _dasllama_speak() {
         '--noise-scale[Generator noise]:noise-scale: ' \
         '(--noise-w --noise-w-scale)'{--noise-w,--noise-w-scale}'[Phoneme width noise]:noise-w: ' \
         '--sentence-silence[Seconds of silence after each sentence]:sentence-silence: ' \
+        '--json-input[Input lines are JSON objects as piper reads them]' \
+        '--rate[Resample the output to this many Hz (soxr)]:rate: ' \
         '--phonemizer[Text to phonemes]:phonemizer:(lexicon espeak)' \
         '(-t --threads)'{-t,--threads}'[Threads (default\: all cores)]:threads: ' \
         '(-q --quiet)'{-q,--quiet}'[No timings on stderr]' \
@@ -82,7 +84,8 @@ _dasllama_bench() {
         '(-r --repetitions)'{-r,--repetitions}'[Samples per test]:repetitions: ' \
         '(-t --threads)'{-t,--threads}'[Threads for both engines (default\: the physical cores, as llama-bench)]:threads: ' \
         '(-o --output)'{-o,--output}'[Output format]:output:(md json csv jsonl)' \
-        '--ref[Run llama-bench (or for Whisper, whisper.cpp through pywhispercpp) on the same weights...]:ref:(llama.cpp whisper.cpp)' \
+        '--ref[Run llama-bench (or for Whisper, whisper.cpp through pywhispercpp) on the same weights...]:ref:(llama.cpp whisper.cpp piper)' \
+        '--sentences[Piper voice\: sentences spoken per sample]:sentences: ' \
         '--ref-bin[Dir with llama-bench (default\: PATH, then dasllama'\''s cache)]:ref-bin:_files -/' \
         '--ref-model[File for the reference to load instead of -m (Whisper default\: -m as a ggml .bin)]:ref-model:_files' \
         '--wait-idle[Before each sample, wait up to this many seconds for other processes to leave the CPUs]:wait-idle: ' \
@@ -100,7 +103,7 @@ _dasllama_verify() {
         '--asr[Verify a Whisper model on AUDIO files against whisper.cpp (pywhispercpp), greedy on bot...]' \
         *'(-p --prompt)'{-p,--prompt}'[Prompt to decode greedily]:prompt: ' \
         '(-n --n-predict)'{-n,--n-predict}'[Tokens to generate per prompt]:n-predict: ' \
-        '--ref[Reference engine (default\: llama.cpp; whisper.cpp with --asr)]:ref:(llama.cpp whisper.cpp)' \
+        '--ref[Reference engine (default\: llama.cpp; whisper.cpp with --asr)]:ref:(llama.cpp whisper.cpp piper)' \
         '--ref-bin[Dir with llama.cpp'\''s tools (default\: PATH, then llama-cpp-python, then dasllama'\''s cache)]:ref-bin:_files -/' \
         '--ref-model[File for the reference to load instead of -m (e.g. the source of a requantized file; wi...]:ref-model:_files' \
         '(-t --threads)'{-t,--threads}'[Threads for both engines (default\: all cores)]:threads: ' \

@@ -16,6 +16,7 @@ from dasllama.core.tools.ref_llama import ReferenceError, find_reference
 from dasllama.core.asr.model import is_whisper_model
 
 from .bench_asr import bench_asr
+from .bench_tts import bench_tts
 from .bench_output import render
 from .errors import USER_ERRORS
 from .options import THREADS, FiniteFloat, writable_file
@@ -76,9 +77,12 @@ def int_list(ctx, param, value):
               help="Threads for both engines (default: the physical cores, as llama-bench).")
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "json", "csv", "jsonl"]), default="md",
               show_default=True, help="Output format.")
-@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp"]), default=None,
-              help="Run llama-bench (or for Whisper, whisper.cpp through pywhispercpp) on the same "
-                   "weights and threads, interleaved with ours, and add the ratio.")
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper"]), default=None,
+              help="Run llama-bench (for Whisper, whisper.cpp through pywhispercpp; for a Piper "
+                   "voice, piper-tts) on the same weights and threads, interleaved with ours, and "
+                   "add the ratio.")
+@click.option("--sentences", "n_sentences", default=20, show_default=True, type=click.IntRange(1),
+              help="Piper voice: sentences spoken per sample.")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
               help="Dir with llama-bench (default: PATH, then dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
@@ -98,13 +102,24 @@ def int_list(ctx, param, value):
                    "time to first token (p50, p99).")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 64),
               help="--serve: the clients at once to compare with one.")
-def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, ref, ref_bin, ref_model,
-              wait_idle, receipt_path, language, task, no_timestamps, serve_url, concurrency):
+def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, ref, n_sentences, ref_bin,
+              ref_model, wait_idle, receipt_path, language, task, no_timestamps, serve_url, concurrency):
     """Measure prompt (pp) and generation (tg) speed as llama-bench does; with a Whisper model,
-    the wall time and real-time factor of transcribing AUDIO."""
+    the wall time and real-time factor of transcribing AUDIO; with a Piper voice (.onnx), of
+    speaking N sentences; with --serve, a running server's throughput."""
     if serve_url:
         bench_serve(serve_url, n_gen[0] if n_gen else 32, repetitions, concurrency, fmt)
         return
+    if model_path and model_path.endswith((".onnx", ".onnx.json")):
+        if ref not in (None, "piper") or audio:
+            raise click.UsageError("a Piper voice is timed against --ref piper, with no AUDIO.")
+        hardware = probe_hardware()
+        _warn_if_busy(hardware)
+        bench_tts(model_path.removesuffix(".json"), n_sentences, repetitions, threads or physical_cores(),
+                  fmt, ref, wait_idle, receipt_path, hardware, build_info(hardware))
+        return
+    if ref == "piper":
+        raise click.UsageError("--ref piper times Piper voices: pass one with -m VOICE.onnx.")
     if asr or (model_path and is_whisper_model(model_path)):
         if ref == "llama.cpp":
             raise click.UsageError("--ref llama.cpp times language models; a Whisper model takes "

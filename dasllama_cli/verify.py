@@ -16,6 +16,7 @@ from dasllama.core.asr.model import is_whisper_model
 from .errors import USER_ERRORS
 from .options import THREADS, FiniteFloat
 from .verify_asr import verify_asr
+from .verify_tts import verify_tts
 
 DEFAULT_PROMPTS = ("The capital of France is", "Once upon a time,", "def fibonacci(n):")
 
@@ -37,8 +38,9 @@ class SetupError(click.ClickException):
               help="Prompt to decode greedily; repeat for several (default: three short ones).")
 @click.option("-n", "--n-predict", default=64, show_default=True, type=click.IntRange(1),
               help="Tokens to generate per prompt.")
-@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp"]), default=None,
-              help="Reference engine (default: llama.cpp; whisper.cpp with --asr).")
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper"]), default=None,
+              help="Reference engine (default: llama.cpp; whisper.cpp with --asr; piper-tts for a "
+                   "Piper voice .onnx, whose sentences are the -p texts).")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
               help="Dir with llama.cpp's tools (default: PATH, then llama-cpp-python, then dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
@@ -65,7 +67,15 @@ class SetupError(click.ClickException):
 def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_model, threads, ctx_size,
                tie_gap, drift_bound, layers, language, task, no_timestamps, strict, as_json):
     """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts,
-    or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does."""
+    or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does, or (a Piper voice .onnx)
+    that our speech matches piper-tts's on the same phoneme ids."""
+    if model_path and model_path.endswith((".onnx", ".onnx.json")):
+        if audio or asr or ref not in (None, "piper"):
+            raise click.UsageError("a Piper voice is verified against --ref piper on -p texts, "
+                                   "with no AUDIO.")
+        verify_tts(SetupError, model_path.removesuffix(".json"), prompts, threads, None, strict, as_json)
+    if ref == "piper":
+        raise click.UsageError("--ref piper verifies Piper voices: pass one with -m VOICE.onnx.")
     if asr or (model_path and is_whisper_model(model_path)):
         if prompts or ref == "llama.cpp":
             raise click.UsageError("-p and --ref llama.cpp are for language models; --asr takes "

@@ -5,7 +5,6 @@ the `onnx` package. The engine never runs the graph; it walks it to learn what t
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 
 class OnnxError(ValueError):

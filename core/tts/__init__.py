@@ -7,8 +7,8 @@
 """
 from .espeak import PhonemizerUnavailable, phonemize
 from .piper import PiperVoice, VoiceConfig, VoiceError, load_voice
-from .synth import PHONEMIZERS, SynthesisError, synthesize, to_int16
+from .synth import PHONEMIZERS, SynthesisError, resampled, sentence_phonemes, synthesize, to_int16
 from .vits import VitsError
 
-__all__ = ["load_voice", "synthesize", "to_int16", "phonemize", "PHONEMIZERS", "PiperVoice",
-           "VoiceConfig", "VoiceError", "VitsError", "SynthesisError", "PhonemizerUnavailable"]
+__all__ = ["load_voice", "synthesize", "resampled", "sentence_phonemes", "to_int16", "phonemize",
+           "PHONEMIZERS", "PiperVoice", "VoiceConfig", "VoiceError", "VitsError", "SynthesisError", "PhonemizerUnavailable"]

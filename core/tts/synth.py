@@ -8,6 +8,7 @@ phonemes Piper voices were trained on, where a package bundles espeak-ng (piper-
 import unicodedata
 
 import numpy as np
+import soxr
 
 from . import espeak, g2p
 
@@ -71,6 +72,25 @@ def synthesize(text, voice, speed=1.0, noise_scale=None, noise_w=None, speaker=N
             audio = audio / peak if peak > 1e-8 else np.zeros_like(audio)
         audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
         yield rate, np.concatenate([audio, silence]) if silence.size else audio
+
+
+def resampled(chunks, rate):
+    """(sample rate, samples) chunks -> the same audio at `rate`, through one soxr stream so
+    the filter's state carries across sentences (no clicks at the joins); the stream's delay
+    shifts a few samples from each chunk to the next and the last chunk flushes the rest."""
+    stream = None
+    for rate_in, samples in chunks:
+        if rate_in == rate:
+            yield rate, samples
+            continue
+        stream = stream or soxr.ResampleStream(rate_in, rate, 1, dtype="float32", quality="HQ")
+        out = stream.resample_chunk(samples)
+        if out.size:
+            yield rate, out
+    if stream is not None:
+        tail = stream.resample_chunk(np.zeros(0, np.float32), last=True)
+        if tail.size:
+            yield rate, tail
 
 
 def to_int16(samples):

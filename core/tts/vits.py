@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dasllama.kernels.tts.conv import conv1d_tiled, tiled
 from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
 
@@ -35,10 +36,20 @@ class Conv:
     groups: int
     transpose: bool
 
-    def __call__(self, x):   # x: (C_in, T)
+    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1):
+        """residual + conv(leaky_relu(x, slope)); x (C_in, T). Dense convs run on the register
+        tiles (kernels/tts/conv.py) with the activation and the residual fused, their output
+        channels split in n_parts on `pool` when one is given."""
+        if not self.transpose and tiled(self.weight, self.groups):
+            return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual,
+                                pool, n_parts)
+        if slope != 1.0:
+            x = leaky_relu(x, slope)
         if self.transpose:
-            return conv_transpose1d(x, self.weight, self.bias, self.stride, self.pads[0])
-        return conv1d(x, self.weight, self.bias, self.pads, self.dilation, self.groups)
+            out = conv_transpose1d(x, self.weight, self.bias, self.stride, self.pads[0])
+        else:
+            out = conv1d(x, self.weight, self.bias, self.pads, self.dilation, self.groups)
+        return out if residual is None else out + residual
 
 
 def _module_name(node, weights):
@@ -137,10 +148,11 @@ class Vits:
 
     # -- text encoder -----------------------------------------------------------------------
 
-    def attention(self, i, x):
-        """Multi-head self-attention with windowed relative positions (keys and values)."""
+    def attention(self, i, x, par):
+        """x + multi-head self-attention with windowed relative positions (keys and values);
+        par: the pool and parts the projections split their output channels in."""
         p = f"enc_p.encoder.attn_layers.{i}"
-        q, k, v = self.convs[p + ".conv_q"](x), self.convs[p + ".conv_k"](x), self.convs[p + ".conv_v"](x)
+        q, k, v = (self.convs[f"{p}.conv_{c}"](x, **par) for c in "qkv")
         n_ctx, head_dim = x.shape[1], self.hidden // self.n_heads
         rel_k, rel_v = self.rel_k[i], self.rel_v[i]                # (2 * window + 1, head_dim)
         window = rel_k.shape[0] // 2
@@ -161,18 +173,21 @@ class Vits:
             oh = probs @ v[sl].T                                   # (n_ctx, head_dim)
             band = np.where(valid, probs[rows, cols_c], 0.0)       # (n_ctx, 2w+1)
             out[sl] = (oh + band @ rel_v).T
-        return self.convs[p + ".conv_o"](out)
+        return self.convs[p + ".conv_o"](out, residual=x, **par)
 
-    def ffn(self, i, x):
+    def ffn(self, i, x, par):
+        """x + conv_2(relu(conv_1(x))) (the ReLU as a leaky one of slope 0)."""
         p = f"enc_p.encoder.ffn_layers.{i}"
-        return self.convs[p + ".conv_2"](np.maximum(self.convs[p + ".conv_1"](x), 0.0))
+        return self.convs[p + ".conv_2"](self.convs[p + ".conv_1"](x, **par), 0.0, residual=x, **par)
 
-    def encode(self, ids):
-        """Phoneme ids -> (hidden states, prior mean, prior log-std), each (channels, n_ids)."""
+    def encode(self, ids, pool=None, n_parts=1):
+        """Phoneme ids -> (hidden states, prior mean, prior log-std), each (channels, n_ids);
+        the encoder's convs split their output channels in n_parts on `pool` when given."""
+        par = {"pool": pool, "n_parts": n_parts}
         x = (self.emb[ids] * math.sqrt(self.hidden)).T             # (hidden, n_ids)
         for i in range(self.n_layers):
-            x = self.norm(f"enc_p.encoder.norm_layers_1.{i}", x + self.attention(i, x))
-            x = self.norm(f"enc_p.encoder.norm_layers_2.{i}", x + self.ffn(i, x))
+            x = self.norm(f"enc_p.encoder.norm_layers_1.{i}", self.attention(i, x, par))
+            x = self.norm(f"enc_p.encoder.norm_layers_2.{i}", self.ffn(i, x, par))
         stats = self.convs["enc_p.proj"](x)
         half = stats.shape[0] // 2
         return x, stats[:half], stats[half:]
@@ -219,17 +234,17 @@ class Vits:
 
     # -- flow and decoder --------------------------------------------------------------------
 
-    def wavenet(self, prefix, x, g=None):
+    def wavenet(self, prefix, x, g, par):
         """The coupling layers' non-causal WaveNet: gated tanh-sigmoid units, skip sum."""
         cond = self.convs[prefix + ".cond_layer"](g) if g is not None else None
         out = np.zeros_like(x)
         hidden = x.shape[0]
         for i in range(self.n_wn):
-            a = self.convs[f"{prefix}.in_layers.{i}"](x)
+            a = self.convs[f"{prefix}.in_layers.{i}"](x, **par)
             if cond is not None:
                 a = a + cond[i * 2 * hidden:(i + 1) * 2 * hidden]
             acts = np.tanh(a[:hidden]) * (1.0 / (1.0 + np.exp(-a[hidden:])))
-            rs = self.convs[f"{prefix}.res_skip_layers.{i}"](acts)
+            rs = self.convs[f"{prefix}.res_skip_layers.{i}"](acts, **par)
             if i < self.n_wn - 1:
                 x = x + rs[:hidden]
                 out += rs[hidden:]
@@ -237,25 +252,27 @@ class Vits:
                 out += rs
         return out
 
-    def flow_reverse(self, z, g=None):
-        """The mean-only residual coupling flow run backwards (prior -> posterior latent)."""
+    def flow_reverse(self, z, g=None, pool=None, n_parts=1):
+        """The mean-only residual coupling flow run backwards (prior -> posterior latent);
+        its convs split their output channels in n_parts on `pool` when one is given."""
+        par = {"pool": pool, "n_parts": n_parts}
         for i in self.flows:
             z = z[::-1]
             half = z.shape[0] // 2
             p = f"flow.flows.{i}"
-            h = self.wavenet(p + ".enc", self.convs[p + ".pre"](z[:half]), g)
-            z = np.concatenate([z[:half], z[half:] - self.convs[p + ".post"](h)])
+            h = self.wavenet(p + ".enc", self.convs[p + ".pre"](z[:half], **par), g, par)
+            z = np.concatenate([z[:half], z[half:] - self.convs[p + ".post"](h, **par)])
         return z
 
     def resblock(self, j, x):
         p = f"dec.resblocks.{j}"
         if p + ".convs.0" in self.convs:                           # ResBlock2
             for c in range(_count(self.convs, p + ".convs.{}")):
-                x = x + self.convs[f"{p}.convs.{c}"](leaky_relu(x, 0.1))
+                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x)
             return x
         for c in range(_count(self.convs, p + ".convs1.{}")):     # ResBlock1
-            y = self.convs[f"{p}.convs1.{c}"](leaky_relu(x, 0.1))
-            x = x + self.convs[f"{p}.convs2.{c}"](leaky_relu(y, 0.1))
+            y = self.convs[f"{p}.convs1.{c}"](x, 0.1)
+            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x)
         return x
 
     def resblock_reach(self, j):
@@ -289,8 +306,8 @@ class Vits:
         if g is not None:
             x = x + self.convs["dec.cond"](g)
         for i in range(self.n_ups):
-            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](leaky_relu(x, 0.1)))
-        return np.tanh(self.convs["dec.conv_post"](leaky_relu(x, 0.01)))[0]
+            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1))
+        return np.tanh(self.convs["dec.conv_post"](x, 0.01))[0]
 
     # -- the whole utterance -----------------------------------------------------------------
 
@@ -299,39 +316,33 @@ class Vits:
             return None
         return self.emb_g[sid][:, None]                            # (gin, 1)
 
-    def durations(self, ids, length_scale=1.0, noise_w=0.8, sid=0, rng=None):
+    def durations(self, ids, length_scale=1.0, noise_w=0.8, sid=0, rng=None, pool=None, n_parts=1):
         """(encoder outputs, integer frame count per id), the part before the waveform."""
         ids = np.asarray(ids, dtype=np.int64)
         g = self.speaker(sid)
-        x, m_p, logs_p = self.encode(ids)
+        x, m_p, logs_p = self.encode(ids, pool, n_parts)
         logw = self.log_durations(x, noise_w, g, rng)
         frames = np.ceil(np.exp(logw) * length_scale).astype(np.int64)
         return (m_p, logs_p), frames
 
-    def flow_reach(self):
-        """Frames of context either side the reversed flow reads: its WaveNet convs' half-widths."""
-        return sum(c.dilation * (c.weight.shape[0] - 1) // 2 for name, c in self.convs.items()
-                   if name.startswith("flow.flows.") and ".in_layers." in name)
-
     def latent_to_audio(self, z_p, g=None, pool=None, n_chunks=1):
-        """flow_reverse then decode, over n_chunks spans of frames at once on `pool` (threads:
-        BLAS and numpy release the GIL). Each span runs the flow with the flow's reach plus
-        DECODE_HALO frames of context and the decoder with DECODE_HALO, and is cropped, so
-        the spans join into the whole utterance's waveform."""
+        """flow_reverse, its convs' output channels split over `pool` (the kernels and numpy
+        release the GIL), then decode over n_chunks spans of frames at once on it, each with
+        DECODE_HALO frames of context and cropped, so the spans join into the whole
+        utterance's waveform (the flow's ~500-frame products split well by channel; the
+        decoder's 32-128-channel ones split better by time)."""
         n_frames = z_p.shape[1]
         n_chunks = max(1, min(n_chunks, n_frames // MIN_CHUNK))
         if pool is None or n_chunks == 1:
             return self.decode(self.flow_reverse(z_p, g), g)
+        z = self.flow_reverse(z_p, g, pool, n_chunks)
         hop = int(np.prod([self.convs[f"dec.ups.{i}"].stride for i in range(self.n_ups)]))
         bounds = np.linspace(0, n_frames, n_chunks + 1).astype(int)
-        halo = self.flow_reach() + DECODE_HALO
 
         def chunk(i):
             a, b = bounds[i], bounds[i + 1]
-            lo, hi = max(0, a - halo), min(n_frames, b + halo)
-            z = self.flow_reverse(np.ascontiguousarray(z_p[:, lo:hi]), g)
             d_lo, d_hi = max(0, a - DECODE_HALO), min(n_frames, b + DECODE_HALO)
-            wav = self.decode(np.ascontiguousarray(z[:, d_lo - lo:d_hi - lo]), g)
+            wav = self.decode(np.ascontiguousarray(z[:, d_lo:d_hi]), g)
             return wav[(a - d_lo) * hop:(b - d_lo) * hop]
         return np.concatenate(list(pool.map(chunk, range(n_chunks))))
 
@@ -341,7 +352,7 @@ class Vits:
         n_chunks pieces on `pool` when one is given (flow and decoder)."""
         rng = np.random.default_rng(seed)
         g = self.speaker(sid)
-        (m_p, logs_p), frames = self.durations(ids, length_scale, noise_w, sid, rng)
+        (m_p, logs_p), frames = self.durations(ids, length_scale, noise_w, sid, rng, pool, n_chunks)
         if frames.sum() == 0:                                      # VITS clamps to one frame
             m_p, logs_p, frames = m_p[:, :1] * 0, logs_p[:, :1] * 0, np.ones(1, np.int64)
         m = np.repeat(m_p, frames, axis=1)                         # (channels, n_frames)

@@ -72,3 +72,21 @@ def test_bad_input_is_one_sentence(voice, tmp_path):
     lone.symlink_to(voice)
     _error(run("-m", str(lone), "hi"), "lone.onnx.json")
     _error(run("-m", voice, "-s", "3", "hi"), "single speaker")
+
+
+@pytest.mark.slow
+def test_json_input_lines_and_rate(voice, tmp_path):
+    own = tmp_path / "own.wav"
+    lines = '{"text": "One."}\n{"text": "Two.", "output_file": "%s"}\n{"text": "Three."}\n' % own
+    quiet = ("--noise-scale", "0", "--noise-w", "0", "-q")
+    r = run("-m", voice, "--json-input", *quiet, input=lines)
+    assert r.exit_code == 0, r.stderr
+    both = _wav(r.stdout_bytes)                     # lines 1 and 3 on stdout, line 2 in its file
+    alone = _wav(run("-m", voice, *quiet, "One.").stdout_bytes)
+    assert len(_wav(own.read_bytes())) > 0 and len(both) > len(alone)
+    r = run("-m", voice, *quiet, "--rate", "16000", "One.")
+    with wave.open(io.BytesIO(r.stdout_bytes)) as w:
+        assert w.getframerate() == 16000
+        assert abs(w.getnframes() - len(alone) * 16000 / 22050) <= 2
+    _error(run("-m", voice, "--json-input", input='{"txt": "hi"}\n'), 'line 1 has no "text"')
+    _error(run("-m", voice, "--json-input", input="hi\n"), "line 1 is not JSON")

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from gguf.constants import GGMLQuantizationType, Keys
 
-from dasllama.formats.gguf import GGUFError
 
 from .. import forward as fw
 

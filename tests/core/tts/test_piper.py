@@ -1,7 +1,8 @@
 """Piper VITS voices on our engine against piper-tts 1.8.0 (onnxruntime on the same .onnx) in
 the same session: the same phoneme ids in, the noise scales at 0 so both are deterministic.
 Durations are integers, so the waveform lengths must be equal; the samples agree to float32
-rounding through ~60 layers (measured on joe-medium: max |diff| 1.6e-5, SNR 98 dB). Then our
+rounding through ~60 layers (measured on joe-medium with the conv tiles of kernels/tts/conv.py:
+max |diff| 3e-5 to 7.4e-5, SNR 87-92 dB; 1.6e-5 and 98 dB over BLAS alone). Then our
 Whisper hears our speech back as the text."""
 import re
 
@@ -13,8 +14,8 @@ from tests import whisper_assets
 from tests.assets import or_skip
 
 SENTENCES = whisper_assets.TTS_SENTENCES[:2]
-MAX_ABS_DIFF = 2e-4            # measured 1.6e-5 on joe-medium
-MIN_SNR_DB = 70.0              # measured 98 dB
+MAX_ABS_DIFF = 2e-4            # measured <= 7.4e-5 on joe-medium
+MIN_SNR_DB = 70.0              # measured >= 87 dB
 
 
 @pytest.fixture(scope="module")
