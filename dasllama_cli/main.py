@@ -1,5 +1,6 @@
 """The `dasllama` command group: one engine, single-purpose subcommands."""
 import errno
+import importlib
 import os
 import signal
 import sys
@@ -7,21 +8,36 @@ import traceback
 
 import click
 
-from .bench import bench_cmd
-from .generate import generate_cmd
-from .serve import serve_cmd
-from .speak import speak_cmd
-from .transcribe import transcribe_cmd
-from .tune import tune_cmd
-from .verify import verify_cmd
-
 EXIT_INTERRUPTED = 128 + signal.SIGINT     # 130, what a shell reports for a Ctrl-C
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE    # 141, what `yes | head` reports for yes
 
 
+# Each subcommand's module, imported when that command runs (or help lists it): `generate`
+# does not pay for the speech, server and bench code it never calls.
+COMMANDS = {
+    "generate": "generate:generate_cmd",
+    "transcribe": "transcribe:transcribe_cmd",
+    "speak": "speak:speak_cmd",
+    "verify": "verify:verify_cmd",
+    "bench": "bench:bench_cmd",
+    "tune": "tune:tune_cmd",
+    "serve": "serve:serve_cmd",
+}
+
+
 class Commands(click.Group):
     """click's group, with the endings a shell expects: Ctrl-C exits 130 and a closed pipe
-    141, both without a word; a bug in dasllama shows its traceback and asks for a report."""
+    141, both without a word; a bug in dasllama shows its traceback and asks for a report.
+    Subcommands load on first use (COMMANDS)."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS) + sorted(set(super().list_commands(ctx)) - set(COMMANDS))
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return super().get_command(ctx, name)
+        module, attr = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(f"{__package__}.{module}"), attr)
 
     def main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)
@@ -88,15 +104,6 @@ def _report_bug():
 @click.version_option(package_name="dasllama")
 def cli():
     """Run local AI models on the CPU from stock GGUF files."""
-
-
-cli.add_command(generate_cmd, "generate")
-cli.add_command(transcribe_cmd, "transcribe")
-cli.add_command(speak_cmd, "speak")
-cli.add_command(verify_cmd, "verify")
-cli.add_command(bench_cmd, "bench")
-cli.add_command(tune_cmd, "tune")
-cli.add_command(serve_cmd, "serve")
 
 
 if __name__ == "__main__":
