@@ -22,7 +22,7 @@ def _source_hash():
     # the tuner's own files compile nothing the decode step links in (cpu.py does: the
     # features it reads fix constants compiled into the kernels, such as ops.EXP_LANES)
     files = sorted(f for f in Path(__file__).parent.rglob("*.py")
-                   if f.name not in ("tune.py", "sidecar.py", "bench_matmul.py"))
+                   if f.name not in ("tune.py", "race.py", "sidecar.py", "bench_matmul.py"))
     core = importlib.util.find_spec("dasllama.core")   # the spec only: core's import needs us
     if core is not None and core.submodule_search_locations:
         files += [Path(p) / "llm" / "forward.py" for p in core.submodule_search_locations]
