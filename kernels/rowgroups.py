@@ -1,9 +1,10 @@
 """Weights repacked in groups of 8 (or 16) rows: one vector lane a row, the token broadcast.
 
 Four formats have copies model.weight_copies makes at load (make_copy): Q8_0_X8 (of Q8_0
-and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its tile and kernel below, and the
-same four 16 rows wide (Q8_0_X16, ...: zmm lanes, for CPUs with AVX-512 and VNNI, where a zmm
-operation costs what a ymm one does and does twice the rows). Which phases multiply through
+and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its fill and tile below (built
+from the template in rowgroup_template.py), and the same four 16 rows wide (Q8_0_X16, ...:
+zmm lanes, for CPUs with AVX-512 and VNNI, where a zmm operation costs what a ymm one does
+and does twice the rows). Which phases multiply through
 which copy is a layout choice ("x8", "x16" or "file": LAYOUT_DEFAULTS, the tuner's, a pin).
 The Q8_0 case first, which shows the idea, told for 8 rows.
 
@@ -42,12 +43,10 @@ int16 before the sub-block scale, and a lane step costs ~2 operations; see their
 import numba
 import numpy as np
 from numba import njit
-from numba.extending import intrinsic
 
-from .dots import TILED_MIN_TOKENS, gemm_tokens
-from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, keep_alive, vec
+from .dots import TILED_MIN_TOKENS
+from .ir import I32, I64
 from .quants import (
-    BLOCK_BYTES,
     JIT,
     Q4_0,
     Q4_0_X8,
@@ -66,8 +65,19 @@ from .quants import (
     q5_0_as_q8_0,
     q_q4_0,
     q_q6_k,
-    row_bytes,
     scale_min_k4,
+)
+from .rowgroup_template import (  # noqa: F401  (abs_quants, group_sums: the aux rows, tested here)
+    AUX_ABS,
+    AUX_BLOCK_SUMS8,
+    AUX_BSUMS16,
+    AUX_BSUMS32,
+    AUX_LANE_OFFSETS,
+    _kernel,
+    _repacker,
+    _tile,
+    abs_quants,
+    group_sums,
 )
 from .simd import HAS_AVX512BW, HAS_VNNI
 
@@ -80,7 +90,6 @@ LAYOUT_OF = {(Q8_0, 8): Q8_0_X8, (Q4_0, 8): Q4_0_X8, (Q4_K, 8): Q4_K_X8, (Q6_K, 
 # the 16-row copies run where the CPU has AVX-512 with VNNI (elsewhere their zmm operations
 # are spelt in plain IR: exact, for tests, not offered)
 HAS_X16 = HAS_VNNI and HAS_AVX512BW
-_ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
 
 
 def min_tokens(layout):
@@ -151,152 +160,6 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
     return COPIES[qtype, name][1](blocks, n_rows, n_cols, out=out)
 
 
-# --- the template: repack, tile, kernel ------------------------------------------------------
-
-class _Vectors:
-    """The vector types of a group of n rows, one lane a row: f32 and i32 lanes, the int16
-    pairs and the bytes (4 a row) of one load."""
-
-    def __init__(self, n):
-        self.n = n
-        self.f32, self.i32, self.i16, self.i8 = vec(F32T, n), vec(I32, n), vec(I16, 2 * n), vec(I8, 4 * n)
-
-
-def _repacker(fill, layout, block_elems, width):
-    """repack(blocks, n_rows, n_cols, out=None): the matrix in `layout` (into `out` if given),
-    or None if its rows do not come in whole groups of `width` or `fill` declines it."""
-    def repack(blocks, n_rows, n_cols, out=None):
-        if n_rows % width or n_cols % block_elems:
-            return None
-        src = np.ascontiguousarray(blocks).reshape(-1)
-        if out is None:
-            out = np.empty(n_rows * row_bytes(layout, n_cols), np.uint8)
-        return out if fill(src, n_rows // width, n_cols // block_elems, out, width) else None
-    return repack
-
-
-class _Token:
-    """One token's rows as a tile reads them: its int8 quants, its per-call extra (aux) and
-    its block scales, at byte pointers, broadcast over the group's n rows."""
-
-    def __init__(self, g, v, x, aux, xd, block_elems):
-        self.g, self.v, self.x, self.aux, self.xd, self.block_elems = g, v, x, aux, xd, block_elems
-
-    def lane(self, blk, lane, base=None):
-        """The 4 bytes of `lane` of block blk (of x, or of `base`) broadcast to every row."""
-        g, b = self.g, self.g.b
-        off = b.add(b.mul(blk, g.c(I64, self.block_elems)), g.c(I64, 4 * lane))
-        return b.bitcast(g.splat(g.load(self.x if base is None else base, off, I32), self.v.n), self.v.i8)
-
-    def pair(self, off):
-        """The int32 (two int16s) of aux at byte `off` broadcast to every row's pair."""
-        g = self.g
-        return g.b.bitcast(g.splat(g.load(self.aux, off, I32), self.v.n), self.v.i16)
-
-    def scale(self, blk):
-        """The block's f32 scale broadcast to every row."""
-        return self.g.splat(self.g.f32(self.xd, self.g.b.mul(blk, self.g.c(I64, 4))), self.v.n)
-
-
-def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, step=1):
-    """The intrinsic tile(w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
-    out_stride) of one group of `width` rows (w: its bytes) against n_tok tokens: per token,
-    acc = block(g, v, wb, token, blk, acc) over the blocks (wb: the group's bytes of block
-    blk), then finish(g, v, acc), the rows' floats, stored at out + t * out_stride.
-    step: tokens that share one pass over the blocks (their weight loads are one), the rest
-    one by one. vnni: the Gen forms 4-product lanes with vpdpbusd (Gen.lanes)."""
-    group_block = int(BLOCK_BYTES[layout]) * width
-    name += ("_vnni" if vnni else "") + (f"_w{width}" if width != 8 else "") + (f"_s{step}" if step > 1 else "")
-    v = _Vectors(width)
-
-    def emit(b, a):
-        from .simd import _loop
-        g = Gen(b, vnni, avx512=HAS_AVX512BW)
-        w, x, aux, xd, out = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 2, 4, 6, 9)]
-        n_blocks, n_tok = a[1], a[8]
-
-        def tokens(t0, count, carry):
-            ts = [b.add(t0, g.c(I64, j)) for j in range(count)]
-            toks = [_Token(g, v, g.at(x, b.mul(t, a[3])), g.at(aux, b.mul(t, a[5])), g.at(xd, b.mul(t, a[7])),
-                           block_elems) for t in ts]
-
-            def each(blk, acc):
-                wb = g.at(w, b.mul(blk, g.c(I64, group_block)))
-                return [a_ for j, tok in enumerate(toks)
-                        for a_ in block(g, v, wb, tok, blk, acc[j * n_acc:(j + 1) * n_acc])]
-
-            acc = _loop(g, g.c(I64, 0), n_blocks, [g.c(v.f32, 0.0)] * (n_acc * count), each)
-            for j, t in enumerate(ts):
-                st = b.store(finish(g, v, acc[j * n_acc:(j + 1) * n_acc]),
-                             b.bitcast(g.at(out, b.mul(t, a[10])), v.f32.as_pointer()))
-                st.align = 4
-            return carry
-
-        n_shared = g.c(I64, 0)
-        if step > 1:
-            n_steps = b.sdiv(n_tok, g.c(I64, step))
-            _loop(g, g.c(I64, 0), n_steps, [g.c(I64, 0)],
-                  lambda i, carry: tokens(b.mul(i, g.c(I64, step)), step, carry))
-            n_shared = b.mul(n_steps, g.c(I64, step))
-        _loop(g, n_shared, n_tok, [g.c(I64, 0)], lambda t, carry: tokens(t, 1, carry))
-
-    @intrinsic
-    def tile(typingctx, w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
-             out_stride):
-        return i64_call(11, "dasllama_tile_" + name, emit)
-
-    tile._set_uuid("dasllama.rowgroups." + name)    # a stable disk-cache key (see simd.tile_intrinsic)
-    return tile
-
-
-# what a kernel computes per call for its tiles' aux rows
-AUX_ABS, AUX_BLOCK_SUMS8, AUX_BSUMS32, AUX_BSUMS16, AUX_LANE_OFFSETS = range(5)
-
-
-def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
-    """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`:
-    prange over groups of `width` rows, cache-sized token chunks outside. With gemv_tile
-    (Q4_K), the first tokens dots.gemm_tokens gives llama.cpp's repacked gemm take `tile`, the
-    rest gemv_tile. (The aux functions are called as globals under a compile-time kind: a
-    captured dispatcher would key numba's disk cache on a random id.)"""
-    group_block = int(BLOCK_BYTES[layout]) * width
-    split = gemv_tile is not None
-    gemv = gemv_tile if split else tile
-
-    @njit(**JIT, parallel=True)
-    def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-        n_blocks = n_cols // block_elems
-        group_bytes = n_blocks * group_block
-        if aux_kind == AUX_ABS:         # compile-time constants: one branch is compiled
-            aux = abs_quants(xq, n_tokens, n_cols)
-        elif aux_kind == AUX_BLOCK_SUMS8:
-            aux = group_sums(xq, n_tokens, n_cols, 32, 8)
-        elif aux_kind == AUX_BSUMS32:
-            aux = bsums32(xa, n_tokens, n_cols)
-        elif aux_kind == AUX_LANE_OFFSETS:
-            aux = group_sums(xq, n_tokens, n_cols, 4, -128)
-        else:
-            aux = bsums16(xa, n_tokens, n_cols)
-        n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
-        wp, xp, ap = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(aux.ctypes.data)
-        dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
-        xs, as_, ds, os = xq.strides[0], aux.strides[0], xd.strides[0], out.strides[0]
-        chunk = max(1, _ACT_CHUNK_BYTES // max(2 * n_cols, 1))
-        for c0 in range(0, n_tokens, chunk):
-            c1 = min(n_tokens, c0 + chunk)
-            t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
-            for grp in numba.prange(n_rows // width):
-                wg, og = wp + grp * group_bytes, op + 4 * width * grp
-                if t1 > c0:
-                    tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
-                         t1 - c0, og + c0 * os, os)
-                if c1 > t1:
-                    gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
-                         c1 - t1, og + t1 * os, os)
-        keep_alive(aux)
-    return kernel
-
-
 # --- Q8_0 (and Q5_0 as Q8_0) -----------------------------------------------------------------
 
 @njit(**JIT, parallel=True)
@@ -347,35 +210,6 @@ def _finish_q8_0(g, v, acc):
     return b.fadd(b.fadd(b.fadd(s[0], s[2]), b.fadd(s[1], s[3])), g.c(v.f32, 0.0))
 
 
-@njit(**JIT)
-def abs_quants(xq, n_tokens, n_cols):
-    """|x| of each token's int8 quants as uint8 (Q8_0 activations are never -128: ggml's
-    quantiser rounds into [-127, 127])."""
-    out = np.empty((n_tokens, n_cols), np.uint8)
-    for t in range(n_tokens):
-        src, dst = xq[t], out[t]
-        for i in range(n_cols):
-            v = np.int32(src[i])
-            dst[i] = np.uint8(v if v >= 0 else -v)
-    return out
-
-
-@njit(**JIT)
-def group_sums(xq, n_tokens, n_cols, group, factor):
-    """factor x each token's sums over its groups of `group` consecutive quants, int32
-    (n_tokens, n_cols // group): Q4_0_X* take 8 x the 32-element block sums, the offset
-    Q8_0_X* -128 x the 4-element lane sums."""
-    out = np.empty((n_tokens, n_cols // group), np.int32)
-    for t in range(n_tokens):
-        row = xq[t]
-        for j in range(n_cols // group):
-            s = np.int32(0)
-            for e in range(group * j, group * j + group):
-                s += np.int32(row[e])
-            out[t, j] = factor * s
-    return out
-
-
 # With VNNI the quants are stored offset (vpdpbusd sums u8 x s8 in int32, so w + 128 cannot
 # overflow a pair): a lane step is vpdpbusd, cvt and fma; without, psign, pmaddubsw, pmaddwd,
 # cvt and fma. Either way every int32 lane is ggml's. The 16-row copy has only the offset form
@@ -391,7 +225,6 @@ def q8_0_x8(vnni, width=8, step=1):
                     layout, 32, width)
     tile = _tile("q8_0_x8", layout, 32, 8, _block_q8_0(offset), _finish_q8_0, vnni=vnni, width=width, step=step)
     return rep, _kernel(layout, 32, AUX_LANE_OFFSETS if offset else AUX_ABS, tile, width=width)
-
 
 
 # --- Q4_0 ------------------------------------------------------------------------------------
@@ -462,7 +295,6 @@ def q4_0_x8_kernel(vnni, width=8, step=1):
                    width=width)
 
 
-
 # --- Q4_K ------------------------------------------------------------------------------------
 #
 # Q4_K_X8: per group of n = 8 rows, per 256-element block (312n = 2496 bytes):
@@ -530,16 +362,6 @@ def _block_q4_k(chunks):
     return block
 
 
-@njit(**JIT)
-def bsums32(xa, n_tokens, n_cols):
-    """Each token's sums over 32 elements (Q8_K keeps them per 16, xa) as int16."""
-    out = np.empty((n_tokens, n_cols // 32), np.int16)
-    for t in range(n_tokens):
-        for j in range(n_cols // 32):
-            out[t, j] = np.int16(xa[t, 2 * j] + xa[t, 2 * j + 1])
-    return out
-
-
 def q4_k_x8_kernel(width=8, step=1):
     """The Q4_K_X8 (or, width 16, Q4_K_X16) kernel: the repacked gemm's tile, the gemv's for
     the tokens past it."""
@@ -548,7 +370,6 @@ def q4_k_x8_kernel(width=8, step=1):
                    _tile("q4_k_x8_gemm", layout, 256, 2, _block_q4_k(4), _finish_scalar, width=width, step=step),
                    _tile("q4_k_x8_gemv", layout, 256, 2, _block_q4_k(1), _finish_scalar, width=width),
                    width=width)
-
 
 
 # --- Q6_K ------------------------------------------------------------------------------------
@@ -605,16 +426,6 @@ def _block_q6_k(g, v, wb, tok, blk, acc):
     ints = b.sub(total, b.shl(corr, g.c(v.i32, 5)))
     res = b.fmul(b.sitofp(ints, v.f32), g.load(wb, 0, v.f32))
     return [g.fma(res, tok.scale(blk), acc[0])]
-
-
-@njit(**JIT)
-def bsums16(xa, n_tokens, n_cols):
-    """Each token's Q8_K sums over 16 elements (xa, as f32) as int16."""
-    out = np.empty((n_tokens, n_cols // 16), np.int16)
-    for t in range(n_tokens):
-        for j in range(n_cols // 16):
-            out[t, j] = np.int16(xa[t, j])
-    return out
 
 
 def q6_k_x8_kernel(width=8, step=1):

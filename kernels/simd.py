@@ -14,7 +14,8 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .cpu import llvm_has
-from .blockdots import FMTS, GEMM_FMTS, TILED_FMTS, UNSIGNED_OFFSET, WIDE_FMTS
+from .blockdots import FMTS, UNSIGNED_OFFSET, WIDE_FMTS
+from .blockdots_batch import GEMM_FMTS, TILED_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, i64_call, keep_alive, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
