@@ -3,14 +3,14 @@ import contextlib
 
 import click
 
-from dasllama.core import ContextFull, ModelNotFound
+from dasllama.core import ConstraintError, ContextFull, ModelNotFound
 from dasllama.core.llm.chat import ChatTemplateError
 from dasllama.core.llm.families import UnsupportedModel
 from dasllama.core.llm.tokenizer import TokenizerError
 from dasllama.formats.gguf import GGUFError
 
 USER_ERRORS = (GGUFError, UnsupportedModel, ModelNotFound, ContextFull, ChatTemplateError,
-               TokenizerError)
+               TokenizerError, ConstraintError)
 
 
 @contextlib.contextmanager

@@ -1,18 +1,22 @@
 """`dasllama generate`: text from a GGUF LLM, streamed to stdout."""
 import codecs
 import json
+import os
 import sys
 
 import click
 
-from dasllama.core import SamplerParams, generate, load, prompt_ids
+from dasllama.core import Constraint, SamplerParams, generate, load, prompt_ids
+from dasllama.core.llm.conversation import Conversation
 
 from .errors import user_errors
 from .options import THREADS, FiniteFloat
 
 
-def read_prompt(prompt_arg, prompt_opt, file, encoding):
-    """The prompt from the argument, -p, -f FILE (or -f - for stdin), or piped stdin."""
+def read_prompt(prompt_arg, prompt_opt, file, encoding, chat=False):
+    """The prompt from the argument, -p, -f FILE (or -f - for stdin), or piped stdin; a prompt
+    given on the command line and piped stdin are joined, the prompt first, then a blank line
+    (as simonw/llm does). None with --chat on a terminal: the interactive session."""
     given = [p for p in (prompt_arg, prompt_opt) if p is not None]
     for text, where in ((prompt_arg, "the prompt argument"), (prompt_opt, "-p")):
         if text is not None:
@@ -21,12 +25,37 @@ def read_prompt(prompt_arg, prompt_opt, file, encoding):
         given.append(decode(file.read(), encoding, f"-f {file.name}"))
     if len(given) > 1:
         raise click.UsageError("give the prompt once: as an argument, with -p, or with -f.")
-    if given:
-        return given[0]
     stdin = click.get_binary_stream("stdin")
-    if not stdin.isatty():
-        return decode(stdin.read(), encoding, "stdin")
-    raise click.UsageError("no prompt: pass it as an argument, with -p TEXT, -f FILE, or on stdin.")
+    if file is not None or stdin.isatty():
+        if given:
+            return given[0]
+        if chat:
+            return None
+        raise click.UsageError("no prompt: pass it as an argument, with -p TEXT, -f FILE, or on stdin.")
+    piped = decode(stdin.read(), encoding, "stdin")
+    if not given:
+        return piped
+    return f"{given[0]}\n\n{piped}" if piped else given[0]
+
+
+def read_text_file(path, what):
+    """The text of a file named by a flag, or one sentence on why it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise click.ClickException(f"cannot read {what} {path}: {e.strerror or e}; check the path.") from None
+    return decode(data, "utf-8", f"{what} {path}")
+
+
+def read_schema(value):
+    """--json-schema: the schema's JSON text inline, or a file holding it."""
+    if value.lstrip().startswith(("{", "true", "false")):
+        return value
+    if not os.path.isfile(value):
+        raise click.ClickException(f"--json-schema {value!r} is neither a JSON schema (it must "
+                                   "start with '{') nor a readable file.")
+    return read_text_file(value, "the JSON schema file")
 
 
 def decode(data, encoding, where):
@@ -100,49 +129,115 @@ def size_text(n_bytes):
               help="Tokens the penalty looks back over (0: none, -1: the whole context).")
 @click.option("-s", "--seed", type=click.IntRange(-1, 2**32 - 1), default=-1, show_default=True,
               help="RNG seed (-1: random).")
-@click.option("--chat", is_flag=True, help="Render the prompt through the model's chat template.")
+@click.option("--chat", is_flag=True, help="Render the prompt through the model's chat template; "
+              "with no prompt on a terminal, a multi-turn session (/exit, /clear).")
+@click.option("--chat-template", "chat_template_file", type=click.Path(dir_okay=False),
+              help="Jinja chat template FILE to use instead of the model's.")
+@click.option("--grammar", "grammar_file", type=click.Path(dir_okay=False),
+              help="Constrain the output to a llama.cpp GBNF grammar FILE.")
+@click.option("--json-schema", help="Constrain the output to JSON valid against this schema "
+              "(its JSON text, or a FILE holding it).")
+@click.option("--stop", multiple=True, help="Stop when the text contains STRING, without it "
+              "(repeatable).")
 @click.option("-sys", "--system-prompt", help="System message for --chat.")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-text tokens.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON record (text, token ids, timings) instead of streaming.")
 @click.option("-q", "--quiet", is_flag=True, help="Nothing on stderr: no timing line, no first-run compile notice.")
 def generate_cmd(prompt_arg, model_path, prompt_opt, file, encoding, n_predict, ctx_size, threads, batch_size,
                  temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, chat,
-                 system_prompt, ignore_eos, as_json, quiet):
+                 chat_template_file, grammar_file, json_schema, stop, system_prompt, ignore_eos,
+                 as_json, quiet):
     """Generate text from PROMPT with a GGUF model, streaming it to stdout."""
-    prompt = read_prompt(prompt_arg, prompt_opt, file, encoding)
+    prompt = read_prompt(prompt_arg, prompt_opt, file, encoding, chat)
     if system_prompt and not chat:
         raise click.UsageError("-sys/--system-prompt needs --chat.")
+    if chat_template_file and not chat:
+        raise click.UsageError("--chat-template needs --chat.")
+    if grammar_file and json_schema:
+        raise click.UsageError("give --grammar or --json-schema, not both.")
+    template = read_text_file(chat_template_file, "the chat template") if chat_template_file else None
+    grammar = read_text_file(grammar_file, "the grammar file") if grammar_file else None
+    schema = read_schema(json_schema) if json_schema else None
     params = SamplerParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p,
                            repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
-                           seed=None if seed < 0 else seed)
+                           seed=None if seed < 0 else seed).with_seed()
+    if schema is not None:   # a schema that is not JSON fails before the model loads
+        try:
+            json.loads(schema)
+        except ValueError as e:
+            raise click.ClickException(f"the JSON schema is not valid JSON ({e}); check its "
+                                       "quotes and brackets.") from None
     with user_errors():
         model = load(model_path, n_ctx=ctx_size or None, n_threads=threads, n_batch=batch_size,
                      quiet=quiet)
         ctx_source = click.get_current_context().get_parameter_source("ctx_size")
         if not quiet and ctx_source == click.core.ParameterSource.COMMANDLINE:
             warn_long_context(model)
-        ids = prompt_ids(model, prompt, chat=chat, system=system_prompt)
-        out = click.get_text_stream("stdout")
-        pieces, token_ids = [], []
-        for token in generate(model, ids, n_predict, params, ignore_eos=ignore_eos):
-            if token.id >= 0:
-                token_ids.append(token.id)
-            pieces.append(token.text)
-            if not as_json and token.text:
-                out.write(token.text)
-                out.flush()
+        constraint = (Constraint.grammar(model.tokenizer, grammar) if grammar is not None else
+                      Constraint.json_schema(model.tokenizer, schema) if schema is not None else None)
+        options = dict(constraint=constraint, stop=stop, ignore_eos=ignore_eos)
+        if prompt is None:
+            chat_session(model, Conversation(model, system_prompt, template), n_predict, params,
+                         options, as_json, quiet)
+            return
+        ids = prompt_ids(model, prompt, chat=chat, system=system_prompt, template=template)
+        stream(generate(model, ids, n_predict, params, **options), model, lambda: ids, params,
+               as_json, quiet)
+
+
+def stream(tokens, model, prompt_of, params, as_json, quiet):
+    """Write one generation to stdout as it comes (or as one --json record at its end), and
+    the timing line to stderr; prompt_of() gives the prompt's ids once the tokens are out."""
+    out = click.get_text_stream("stdout")
+    pieces, token_ids, stop_reason = [], [], None
+    for token in tokens:
+        if token.id >= 0:
+            token_ids.append(token.id)
+        stop_reason = token.stop_reason or stop_reason
+        pieces.append(token.text)
+        if not as_json and token.text:
+            out.write(token.text)
+            out.flush()
     t = model.timings
     if as_json:
-        record = {"model": model.path, "prompt_tokens": list(map(int, ids)), "tokens": token_ids,
-                  "text": "".join(pieces),
+        record = {"model": model.path, "prompt_tokens": list(map(int, prompt_of())), "tokens": token_ids,
+                  "text": "".join(pieces), "stop_reason": stop_reason, "seed": params.seed,
                   "timings": {"load_s": t.load_s, "prompt_n": t.prompt_tokens, "prompt_s": t.prompt_s,
                               "prompt_tps": t.prompt_tps, "gen_n": t.gen_tokens, "gen_s": t.gen_s,
                               "gen_tps": t.gen_tps}}
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     else:
         out.write("\n")
+    out.flush()
     if not quiet:
         click.echo(f"load {t.load_s:.2f} s | prompt {t.prompt_tokens} tok, {t.prompt_tps:.1f} tok/s"
                    f" | gen {t.gen_tokens} tok, {t.gen_tps:.1f} tok/s | {model.n_threads} threads",
                    err=True)
     sys.stdout.flush()
+
+
+def chat_session(model, conversation, n_predict, params, options, as_json, quiet):
+    """Turns read from the terminal until /exit or end of input; /clear starts over. The KV
+    cache is kept between turns, so each turn evaluates only its new tokens."""
+    if not quiet:
+        click.echo("dasllama chat: type a message; /clear starts over, /exit (or Ctrl-D) ends.",
+                   err=True)
+    stdin = click.get_text_stream("stdin")
+    while True:
+        click.echo("> ", nl=False, err=True)
+        line = stdin.readline()
+        if not line or line.strip() == "/exit":
+            return
+        text = line.strip()
+        if text == "/clear":
+            conversation.clear()
+            if not quiet:
+                click.echo("(conversation cleared)", err=True)
+            continue
+        if not text:
+            continue
+        constraint = options["constraint"]
+        if constraint is not None:
+            constraint.reset()
+        turn = conversation.say(text, n_predict, params, **options)
+        stream(turn, model, lambda: conversation.ids, params, as_json, quiet)

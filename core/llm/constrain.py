@@ -12,6 +12,7 @@ alike. docs/BENCHMARKS.md has the comparison with xgrammar that chose it.
 StopStrings watches the streamed text for stop strings, holding back what may begin one.
 """
 import json
+import re
 import threading
 import weakref
 
@@ -61,6 +62,22 @@ def ll_tokenizer(tokenizer):
         return found
 
 
+_UNICODE_ESCAPE = re.compile(r"\\(\\|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})")
+
+
+def _plain_unicode_escapes(gbnf_text):
+    """GBNF with its \\uXXXX and \\UXXXXXXXX escapes spelled as \\xXX (ASCII) or as the
+    character itself. llguidance 1.9's gbnf_to_lark strips their leading zeros ("\\U10FFFF"),
+    which its regex parser then rejects, so llama.cpp's own grammars/json.gbnf would not load."""
+    def spell(match):
+        escape = match.group(1)
+        if escape == "\\":
+            return match.group(0)
+        cp = int(escape[1:], 16)
+        return f"\\x{cp:02X}" if cp < 0x80 else chr(cp)
+    return _UNICODE_ESCAPE.sub(spell, gbnf_text)
+
+
 def _first_line(message):
     line = str(message).strip().splitlines()[0] if str(message).strip() else "unknown error"
     return line.rstrip(".")
@@ -108,7 +125,7 @@ class Constraint:
         """Output that the grammar's `root` rule matches: llama.cpp's GBNF (a text that already
         is llguidance Lark, with a `start:` rule or a %llguidance line, is taken as it is)."""
         try:
-            lark = any_to_lark(gbnf_text)
+            lark = any_to_lark(_plain_unicode_escapes(gbnf_text))
         except Exception as e:  # gbnf_to_lark raises its own error type and plain ones
             raise ConstraintError(f"the grammar is not valid GBNF: {_first_line(e)}.") from None
         return cls(tokenizer, llguidance.LLMatcher.grammar_from_lark(lark), "the grammar")

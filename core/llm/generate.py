@@ -17,22 +17,23 @@ class Token:
     stop_reason: str | None = None   # on the last Token only: one of STOP_REASONS
 
 
-def prompt_ids(model, prompt, chat=False, system=None):
-    """Token ids for a prompt; with chat, rendered through the GGUF's chat template first."""
+def prompt_ids(model, prompt, chat=False, system=None, template=None):
+    """Token ids for a prompt; with chat, rendered through the chat template first (the
+    GGUF's, or `template`, a Jinja text that overrides it)."""
     if chat:
         messages = ([{"role": "system", "content": system}] if system else [])
         messages.append({"role": "user", "content": prompt})
-        return chat_ids(model, messages)
+        return chat_ids(model, messages, template=template)
     return model.tokenizer.encode(prompt, add_special=True, parse_special=False)
 
 
-def chat_ids(model, messages, tools=None):
-    """Token ids of chat messages rendered through the GGUF's chat template, ready for the
-    assistant's reply."""
+def chat_ids(model, messages, tools=None, template=None):
+    """Token ids of chat messages rendered through the chat template (the GGUF's, or
+    `template`), ready for the assistant's reply."""
     tok = model.tokenizer
     bos = tok.token_to_piece(tok.bos_id, special=True).decode("utf-8", "replace") if tok.bos_id is not None else ""
     eos = tok.token_to_piece(tok.eos_id, special=True).decode("utf-8", "replace") if tok.eos_id is not None else ""
-    text = render_chat(model.gguf.get("tokenizer.chat_template"), messages, bos, eos, tools=tools)
+    text = render_chat(template or model.gguf.get("tokenizer.chat_template"), messages, bos, eos, tools=tools)
     # as llama.cpp's common_chat_templates_apply: the tokenizer adds BOS/EOS itself, so a
     # template that writes them would double them
     if tok.add_bos and bos and text.startswith(bos):
