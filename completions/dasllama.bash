@@ -15,7 +15,7 @@ _dasllama() {
     case $cmd:$prev in
         generate:-m|generate:--model|generate:-f|generate:--file)
             COMPREPLY=(); compopt -o default; return ;;
-        generate:-p|generate:--prompt|generate:-n|generate:--n-predict|generate:-c|generate:--ctx-size|generate:-t|generate:--threads|generate:-b|generate:--batch-size|generate:--temp|generate:--top-k|generate:--top-p|generate:--min-p|generate:--repeat-penalty|generate:--repeat-last-n|generate:-s|generate:--seed|generate:-sys|generate:--system-prompt)
+        generate:-p|generate:--prompt|generate:-n|generate:--n-predict|generate:-c|generate:--ctx-size|generate:-t|generate:--threads|generate:-b|generate:--batch-size|generate:--temp|generate:--top-k|generate:--top-p|generate:--min-p|generate:--repeat-penalty|generate:--repeat-last-n|generate:-s|generate:--seed|generate:-sys|generate:--system-prompt|generate:--json-schema|generate:--stop)
             COMPREPLY=(); return ;;
         transcribe:-m|transcribe:--model)
             COMPREPLY=(); compopt -o default; return ;;
@@ -63,7 +63,7 @@ _dasllama() {
     if [[ $cur == -* ]]; then
         local opts
         case $cmd in
-            generate) opts="-m --model -p --prompt -f --file -n --n-predict -c --ctx-size -t --threads -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n -s --seed --chat -sys --system-prompt --ignore-eos --json -q --quiet -h --help" ;;
+            generate) opts="-m --model -p --prompt -f --file -n --n-predict -c --ctx-size -t --threads -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n -s --seed --chat --chat-template --grammar --json-schema --stop -sys --system-prompt --ignore-eos --json -q --quiet -h --help" ;;
             transcribe) opts="-m --model -f --format -o --output-dir -l --language --task -nt --no-timestamps -t --threads -q --quiet -h --help" ;;
             speak) opts="-m --model -f --file -o --output-file --output-raw --json-input --rate -s --speaker --speed --length-scale --noise-scale --noise-w --noise-w-scale --sentence-silence --phonemizer -t --threads -q --quiet -h --help" ;;
             tune) opts="-m --model --budget -t --threads --show --reset --force --no-warm -h --help" ;;

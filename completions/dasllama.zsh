@@ -19,7 +19,11 @@ _dasllama_generate() {
         '--repeat-penalty[Repetition penalty (1.0\: off)]:repeat-penalty: ' \
         '--repeat-last-n[Tokens the repetition penalty looks back over]:repeat-last-n: ' \
         '(-s --seed)'{-s,--seed}'[RNG seed (-1\: random)]:seed: ' \
-        '--chat[Render the prompt through the model'\''s chat template]' \
+        '--chat[Render the prompt through the model'\''s chat template; no prompt on a terminal: a session]' \
+        '--chat-template[Jinja chat template FILE instead of the model'\''s]:file:_files' \
+        '--grammar[Constrain the output to a GBNF grammar FILE]:file:_files' \
+        '--json-schema[Constrain the output to JSON valid against this schema]:schema:_files' \
+        '*--stop[Stop when the text contains STRING]:string: ' \
         '(-sys --system-prompt)'{-sys,--system-prompt}'[System message for --chat]:system-prompt: ' \
         '--ignore-eos[Keep generating past end-of-text tokens]' \
         '--json[Print one JSON record (text, token ids, timings) instead of streaming]' \
