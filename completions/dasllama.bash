@@ -5,11 +5,11 @@ _dasllama() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd= i
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            generate|transcribe|speak|tune|bench|verify) cmd=${COMP_WORDS[i]}; break ;;
+            generate|transcribe|speak|tune|bench|verify|serve) cmd=${COMP_WORDS[i]}; break ;;
         esac
     done
     if [[ -z $cmd ]]; then
-        COMPREPLY=($(compgen -W "generate transcribe speak tune bench verify --version -h --help" -- "$cur"))
+        COMPREPLY=($(compgen -W "generate transcribe speak tune bench verify serve --version -h --help" -- "$cur"))
         return
     fi
     case $cmd:$prev in
@@ -35,6 +35,10 @@ _dasllama() {
             COMPREPLY=($(compgen -W "lexicon espeak" -- "$cur")); return ;;
         tune:-m|tune:--model)
             COMPREPLY=(); compopt -o default; return ;;
+        serve:-m|serve:--model|serve:--whisper-model|serve:--voice-model)
+            COMPREPLY=(); compopt -o default; return ;;
+        serve:-a|serve:--model-alias|serve:--host|serve:--port|serve:-t|serve:--threads|serve:-c|serve:--ctx-size|serve:-np|serve:--parallel|serve:-b|serve:--batch-size|serve:--queue|serve:--api-key|serve:--cors|serve:--max-body)
+            COMPREPLY=(); return ;;
         tune:--budget|tune:-t|tune:--threads)
             COMPREPLY=(); return ;;
         bench:-m|bench:--model|bench:--ref-model|bench:--receipt)
@@ -68,6 +72,7 @@ _dasllama() {
             speak) opts="-m --model -f --file -o --output-file --output-raw --json-input --rate -s --speaker --speed --length-scale --noise-scale --noise-w --noise-w-scale --sentence-silence --phonemizer -t --threads -q --quiet -h --help" ;;
             tune) opts="-m --model --budget -t --threads --show --reset --force --no-warm -h --help" ;;
             bench) opts="-m --model --asr -p --n-prompt -n --n-gen --sentences -r --repetitions -t --threads -o --output --ref --ref-bin --ref-model --wait-idle --receipt -l --language --task -nt --no-timestamps -h --help" ;;
+            serve) opts="-m --model -a --model-alias --host --port -t --threads -c --ctx-size -np --parallel -b --batch-size --queue --api-key --cors --embeddings --no-embeddings --whisper-model --voice-model --max-body -q --quiet -h --help" ;;
             verify) opts="-m --model --asr -p --prompt -n --n-predict --ref --ref-bin --ref-model -t --threads -c --ctx-size --tie-gap --drift-bound --layers --no-layers -l --language --task -nt --no-timestamps --strict --json -h --help" ;;
         esac
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

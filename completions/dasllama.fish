@@ -1,7 +1,7 @@
 # fish completion for dasllama 0.1.0: every command and flag of `dasllama COMMAND --help`.
 # Static, so a TAB does not start Python; update it with the commands' flags.
 # Install it as ~/.config/fish/completions/dasllama.fish.
-set -l commands generate transcribe speak tune bench verify
+set -l commands generate transcribe speak tune bench verify serve
 complete -c dasllama -f
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -l version -d 'Show the version and exit'
 complete -c dasllama -s h -l help -d 'Show the help and exit'
@@ -11,6 +11,8 @@ complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a speak -d 
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a tune -d 'Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)'
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a bench -d 'Measure prompt (pp) and generation (tg) speed as llama-bench does'
 complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a verify -d 'Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts, or (--asr)...'
+
+complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a serve -d 'Serve a model over the OpenAI API (chat, completions, embeddings, audio)'
 
 # generate
 complete -c dasllama -n '__fish_seen_subcommand_from generate' -s m -l model -r -F -d 'GGUF model file (default: the installed default model, Gemma 3 270M)'
@@ -112,3 +114,22 @@ complete -c dasllama -n '__fish_seen_subcommand_from verify' -o nt -l no-timesta
 complete -c dasllama -n '__fish_seen_subcommand_from verify' -l strict -d 'Fail (exit 1) on near-ties too'
 complete -c dasllama -n '__fish_seen_subcommand_from verify' -l json -d 'Print one JSON report instead of text'
 complete -c dasllama -n '__fish_seen_subcommand_from verify' -F
+
+# serve
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -d 'GGUF model file'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -s a -l model-alias -x -d 'The model\'s name in the API'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l host -x -d 'Address to listen on'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l port -x -d 'Port'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -s t -l threads -x -d 'Threads'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Context size in tokens, shared by the parallel sequences'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -o np -l parallel -x -d 'Sequences decoded together'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -s b -l batch-size -x -d 'Prompt tokens per forward pass'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l queue -x -d 'Requests that may wait for a free sequence'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l api-key -x -d 'Require Authorization: Bearer KEY'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l cors -x -d 'Allow browser requests from ORIGIN'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l embeddings -d 'Serve /v1/embeddings'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l no-embeddings -d 'Do not serve /v1/embeddings'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l whisper-model -r -F -d 'A Whisper model for /v1/audio/transcriptions'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l voice-model -r -F -d 'A Piper voice for /v1/audio/speech'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -l max-body -x -d 'Largest request body in bytes'
+complete -c dasllama -n '__fish_seen_subcommand_from serve' -s q -l quiet -d 'Only errors on stderr'

@@ -124,6 +124,28 @@ _dasllama_verify() {
         '*:audio file:_files'
 }
 
+_dasllama_serve() {
+    _arguments -S \
+        '(-m --model)'{-m,--model}'[GGUF model file]:model:_files' \
+        '(-a --model-alias)'{-a,--model-alias}'[The model'\''s name in the API]:alias: ' \
+        '--host[Address to listen on]:host: ' \
+        '--port[Port]:port: ' \
+        '(-t --threads)'{-t,--threads}'[Threads]:threads: ' \
+        '(-c --ctx-size)'{-c,--ctx-size}'[Context size in tokens, shared by the parallel sequences]:ctx-size: ' \
+        '(-np --parallel)'{-np,--parallel}'[Sequences decoded together]:parallel: ' \
+        '(-b --batch-size)'{-b,--batch-size}'[Prompt tokens per forward pass]:batch-size: ' \
+        '--queue[Requests that may wait for a free sequence]:queue: ' \
+        '--api-key[Require Authorization\: Bearer KEY]:key: ' \
+        '*--cors[Allow browser requests from ORIGIN]:origin: ' \
+        '(--no-embeddings)--embeddings[Serve /v1/embeddings]' \
+        '(--embeddings)--no-embeddings[Do not serve /v1/embeddings]' \
+        '--whisper-model[A Whisper model for /v1/audio/transcriptions]:model:_files' \
+        '--voice-model[A Piper voice for /v1/audio/speech]:voice:_files' \
+        '--max-body[Largest request body in bytes]:bytes: ' \
+        '(-q --quiet)'{-q,--quiet}'[Only errors on stderr]' \
+        '(- *)'{-h,--help}'[Show the help and exit]'
+}
+
 _dasllama() {
     local -a commands
     commands=(
@@ -132,6 +154,7 @@ _dasllama() {
         'speak:Speak TEXT (or -f FILE, or stdin) with a Piper voice, as WAV or raw PCM'
         'tune:Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)'
         'bench:Measure prompt (pp) and generation (tg) speed as llama-bench does'
+        'serve:Serve a model over the OpenAI API (chat, completions, embeddings, audio)'
         'verify:Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts, or (--asr)...'
     )
     local curcontext=$curcontext state line
@@ -144,7 +167,7 @@ _dasllama() {
         command) _describe -t commands 'dasllama command' commands ;;
         argument)
             case $words[1] in
-                generate|transcribe|speak|tune|bench|verify) _dasllama_$words[1] ;;
+                generate|transcribe|speak|tune|bench|verify|serve) _dasllama_$words[1] ;;
             esac ;;
     esac
 }

@@ -100,8 +100,17 @@ def _report_bug():
                "traceback above.", err=True)
 
 
+def _print_version(ctx, param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    from dasllama.core.runtime.about import report
+    click.echo("\n".join(report()))
+    ctx.exit()
+
+
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="dasllama")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, commit, numba/llvmlite, CPU class and threading layer, and exit.")
 def cli():
     """Run local AI models on the CPU from stock GGUF files."""
 
