@@ -98,6 +98,126 @@ def _add_residual(y, x):
 
 
 @njit(cache=True)
+def _scratch_views(scratch, n, hp):
+    """The step's arrays for n tokens, as views of the flat scratch buffers: x, xn (n, n_embd),
+    q, k, v, att (n, heads * head dim), ao (n, n_embd), gate, up, hid (n, n_ff)."""
+    sx, sxn, sq, sk, sv, satt, sao, sgate, sup, shid = scratch
+    n_embd, n_ff = hp[H_N_EMBD], hp[H_N_FF]
+    n_head, n_head_kv, hd, hdv = hp[H_N_HEAD], hp[H_N_HEAD_KV], hp[H_HEAD_DIM], hp[H_HEAD_DIM_V]
+    return (_view(sx, n, n_embd), _view(sxn, n, n_embd), _view(sq, n, n_head * hd),
+            _view(sk, n, n_head_kv * hd), _view(sv, n, n_head_kv * hdv), _view(satt, n, n_head * hdv),
+            _view(sao, n, n_embd), _view(sgate, n, n_ff), _view(sup, n, n_ff), _view(shid, n, n_ff))
+
+
+@njit(cache=True)
+def _scale(y, s):
+    """y *= s, row by row (T, n)."""
+    for t in range(y.shape[0]):
+        for i in range(y.shape[1]):
+            y[t, i] = y[t, i] * s
+
+
+@njit(cache=True)
+def _rope_tables(positions, n_rot, layer_freq_base):
+    """RoPE's cos/sin tables at `positions`, one per distinct frequency base (gemma3: local
+    and global layers): (angles (n_bases, T, 2, n_rot // 2), each layer's table index)."""
+    n_layer = layer_freq_base.shape[0]
+    bases = np.empty(n_layer, np.float64)
+    layer_tab = np.empty(n_layer, np.int64)
+    n_bases = 0
+    for il in range(n_layer):
+        j = 0
+        while j < n_bases and bases[j] != layer_freq_base[il]:
+            j += 1
+        if j == n_bases:
+            bases[j] = layer_freq_base[il]
+            n_bases += 1
+        layer_tab[il] = j
+    angles = np.empty((n_bases, positions.shape[0], 2, n_rot // 2), np.float32)
+    for j in range(n_bases):
+        rope_angles(positions, n_rot, bases[j], angles[j])
+    return angles, layer_tab
+
+
+@njit(cache=True)
+def _embed(tokens, wbuf, wtab, gl, embd_scale, x):
+    """x (T, n_embd) = the tokens' embedding rows, scaled where the family scales them."""
+    e_off, e_qt, e_cols = wtab[gl, W_EMBD, 0], wtab[gl, W_EMBD, 1], wtab[gl, W_EMBD, 3]
+    for t in range(tokens.shape[0]):
+        dequantize_row(e_qt, wbuf[e_off:], tokens[t], e_cols, x[t])
+    if embd_scale != 1.0:
+        _scale(x, np.float32(embd_scale))
+
+
+@njit(cache=True)
+def _qkv(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, sfused, angles, q, k, v):
+    """Layer il's q, k, v of xn (T, n_embd): the projections (one fused QKV weight or three)
+    with their biases, QK-norm where the family has it, then RoPE (angles: the layer's table).
+    sfused: a scratch buffer for the fused product."""
+    n_head, n_head_kv, hd, hdv = hp[H_N_HEAD], hp[H_N_HEAD_KV], hp[H_HEAD_DIM], hp[H_HEAD_DIM_V]
+    no_acts = np.int64(-1)
+    if wtab[il, W_QKV, 1] >= 0:
+        qkv = _view(sfused, xn.shape[0], n_head * hd + n_head_kv * (hd + hdv))
+        _linear(wbuf, wtab[il, W_QKV], cbuf, ctab[il, W_QKV], xn, acts, qkv, no_acts)
+        _add_bias(fbuf, ftab[il, F_BQKV], qkv)
+        for t in range(xn.shape[0]):
+            q[t, :] = qkv[t, :n_head * hd]
+            k[t, :] = qkv[t, n_head * hd:n_head * hd + n_head_kv * hd]
+            v[t, :] = qkv[t, n_head * hd + n_head_kv * hd:]
+    else:
+        have = _linear(wbuf, wtab[il, W_Q], cbuf, ctab[il, W_Q], xn, acts, q, no_acts)
+        have = _linear(wbuf, wtab[il, W_K], cbuf, ctab[il, W_K], xn, acts, k, have)
+        _linear(wbuf, wtab[il, W_V], cbuf, ctab[il, W_V], xn, acts, v, have)
+        _add_bias(fbuf, ftab[il, F_BQ], q)
+        _add_bias(fbuf, ftab[il, F_BK], k)
+        _add_bias(fbuf, ftab[il, F_BV], v)
+    if ftab[il, F_Q_NORM, 1] > 0:
+        rms_norm_heads(q, _fvec(fbuf, ftab[il, F_Q_NORM]), eps, n_head, hd)
+        rms_norm_heads(k, _fvec(fbuf, ftab[il, F_K_NORM]), eps, n_head_kv, hd)
+    rope_apply(q, angles, n_head, hd, hp[H_N_ROT], hp[H_ROPE_MODE])
+    rope_apply(k, angles, n_head_kv, hd, hp[H_N_ROT], hp[H_ROPE_MODE])
+
+
+@njit(cache=True)
+def _ffn(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, gelu_tab, sfused, gate, up, hid, out):
+    """out (T, n_embd) = layer il's feed-forward of xn (T, n_embd): gate and up (two weights, or
+    phi3's one [gate; up] through sfused), GeGLU or SwiGLU, down, and the post-norm where the
+    family has one."""
+    n_ff = hp[H_N_FF]
+    no_acts = np.int64(-1)
+    if wtab[il, W_GATE, 1] >= 0:
+        have = _linear(wbuf, wtab[il, W_GATE], cbuf, ctab[il, W_GATE], xn, acts, gate, no_acts)
+        _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, up, have)
+    else:
+        gu = _view(sfused, xn.shape[0], 2 * n_ff)     # phi3: ffn_up holds [gate; up]
+        _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, gu, no_acts)
+        for t in range(xn.shape[0]):
+            gate[t, :] = gu[t, :n_ff]
+            up[t, :] = gu[t, n_ff:]
+    if hp[H_ACT] == ACT_GELU:
+        geglu(gate, up, gelu_tab, hid)
+    else:
+        swiglu(gate, up, hid)
+    _linear(wbuf, wtab[il, W_DOWN], cbuf, ctab[il, W_DOWN], hid, acts, out, no_acts)
+    if ftab[il, F_FFN_POST_NORM, 1] > 0:
+        rms_norm(out, _fvec(fbuf, ftab[il, F_FFN_POST_NORM]), eps, out)
+
+
+@njit(cache=True)
+def _output(x, wbuf, wtab, cbuf, ctab, fbuf, ftab, gl, eps, final_softcap, acts, xo, out):
+    """out (T, n_vocab) = the logits of x (T, n_embd): output norm into xo, the output matrix,
+    and the final soft-cap where the family has one (ggml_scale by 1/cap, tanh, scale by cap)."""
+    rms_norm(x, _fvec(fbuf, ftab[gl, F_OUT_NORM]), eps, xo)
+    _linear(wbuf, wtab[gl, W_OUT], cbuf, ctab[gl, W_OUT], xo, acts, out, np.int64(-1))
+    if final_softcap != 0.0:
+        c = np.float32(final_softcap)
+        inv = np.float32(1.0) / c
+        for t in range(out.shape[0]):
+            for i in range(out.shape[1]):
+                out[t, i] = np.float32(np.tanh(out[t, i] * inv)) * c
+
+
+@njit(cache=True)
 def _trace(trace, name, layer, y):
     """Record y (rows, n) as the last `rows` tokens of the trace (fewer in the last layer)."""
     if trace.shape[0] > 0:
@@ -122,80 +242,26 @@ def forward(tokens, pos0, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, hpf, layer_swa
     """
     n_layer, n_embd = hp[H_N_LAYER], hp[H_N_EMBD]
     n_head, n_head_kv = hp[H_N_HEAD], hp[H_N_HEAD_KV]
-    hd, hdv, n_ff, n_vocab = hp[H_HEAD_DIM], hp[H_HEAD_DIM_V], hp[H_N_FF], hp[H_N_VOCAB]
+    hd, hdv, n_ff = hp[H_HEAD_DIM], hp[H_HEAD_DIM_V], hp[H_N_FF]
     eps = hpf[HF_EPS]
     T = tokens.shape[0]
     gl = n_layer
     sx, sxn, sq, sk, sv, satt, sao, sgate, sup, shid = scratch
-    x = _view(sx, T, n_embd)
-    xn = _view(sxn, T, n_embd)
-    q = _view(sq, T, n_head * hd)
-    k = _view(sk, T, n_head_kv * hd)
-    v = _view(sv, T, n_head_kv * hdv)
-    att = _view(satt, T, n_head * hdv)
-    ao = _view(sao, T, n_embd)
-    gate = _view(sgate, T, n_ff)
-    up = _view(sup, T, n_ff)
-    hid = _view(shid, T, n_ff)
+    x, xn, q, k, v, att, ao, gate, up, hid = _scratch_views(scratch, T, hp)
     no_acts = np.int64(-1)   # `acts` holds no kind yet; typed, not a literal (see _linear)
     positions = np.empty(T, np.int64)
     for t in range(T):
         positions[t] = pos0 + t
-    # RoPE's cos/sin tables, one per distinct frequency base (gemma3: local and global layers)
-    n_rot = hp[H_N_ROT]
-    bases = np.empty(n_layer, np.float64)
-    layer_tab = np.empty(n_layer, np.int64)
-    n_bases = 0
-    for il in range(n_layer):
-        j = 0
-        while j < n_bases and bases[j] != layer_freq_base[il]:
-            j += 1
-        if j == n_bases:
-            bases[j] = layer_freq_base[il]
-            n_bases += 1
-        layer_tab[il] = j
-    angles = np.empty((n_bases, T, 2, n_rot // 2), np.float32)
-    for j in range(n_bases):
-        rope_angles(positions, n_rot, bases[j], angles[j])
-
-    e_off, e_qt, e_cols = wtab[gl, W_EMBD, 0], wtab[gl, W_EMBD, 1], wtab[gl, W_EMBD, 3]
-    for t in range(T):
-        dequantize_row(e_qt, wbuf[e_off:], tokens[t], e_cols, x[t])
-    if hpf[HF_EMBD_SCALE] != 1.0:
-        s = np.float32(hpf[HF_EMBD_SCALE])
-        for t in range(T):
-            for i in range(n_embd):
-                x[t, i] = x[t, i] * s
+    angles, layer_tab = _rope_tables(positions, hp[H_N_ROT], layer_freq_base)
+    _embed(tokens, wbuf, wtab, gl, hpf[HF_EMBD_SCALE], x)
 
     for il in range(n_layer):
         rms_norm(x, _fvec(fbuf, ftab[il, F_ATTN_NORM]), eps, xn)
         _trace(trace, 0, il, xn)
-        if wtab[il, W_QKV, 1] >= 0:
-            qkv = _view(sgate, T, n_head * hd + n_head_kv * (hd + hdv))
-            _linear(wbuf, wtab[il, W_QKV], cbuf, ctab[il, W_QKV], xn, acts, qkv, no_acts)
-            _add_bias(fbuf, ftab[il, F_BQKV], qkv)
-            for t in range(T):
-                q[t, :] = qkv[t, :n_head * hd]
-                k[t, :] = qkv[t, n_head * hd:n_head * hd + n_head_kv * hd]
-                v[t, :] = qkv[t, n_head * hd + n_head_kv * hd:]
-        else:
-            have = _linear(wbuf, wtab[il, W_Q], cbuf, ctab[il, W_Q], xn, acts, q, no_acts)
-            have = _linear(wbuf, wtab[il, W_K], cbuf, ctab[il, W_K], xn, acts, k, have)
-            _linear(wbuf, wtab[il, W_V], cbuf, ctab[il, W_V], xn, acts, v, have)
-            _add_bias(fbuf, ftab[il, F_BQ], q)
-            _add_bias(fbuf, ftab[il, F_BK], k)
-            _add_bias(fbuf, ftab[il, F_BV], v)
-        if ftab[il, F_Q_NORM, 1] > 0:
-            rms_norm_heads(q, _fvec(fbuf, ftab[il, F_Q_NORM]), eps, n_head, hd)
-            rms_norm_heads(k, _fvec(fbuf, ftab[il, F_K_NORM]), eps, n_head_kv, hd)
-        rope_apply(q, angles[layer_tab[il]], n_head, hd, n_rot, hp[H_ROPE_MODE])
-        rope_apply(k, angles[layer_tab[il]], n_head_kv, hd, n_rot, hp[H_ROPE_MODE])
+        _qkv(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, sgate, angles[layer_tab[il]], q, k, v)
         _trace(trace, 1, il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
         if hpf[HF_Q_SCALE] != 1.0:
-            s = np.float32(hpf[HF_Q_SCALE])
-            for t in range(T):
-                for i in range(n_head * hd):
-                    q[t, i] = q[t, i] * s
+            _scale(q, np.float32(hpf[HF_Q_SCALE]))
         _trace(trace, 2, il, k)
         _trace(trace, 3, il, v)
         store_kv(k, kcache[il], pos0)
@@ -223,35 +289,10 @@ def forward(tokens, pos0, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, hpf, layer_swa
 
         rms_norm(x, _fvec(fbuf, ftab[il, F_FFN_NORM]), eps, xn)
         _trace(trace, 7, il, xn)
-        if wtab[il, W_GATE, 1] >= 0:
-            have = _linear(wbuf, wtab[il, W_GATE], cbuf, ctab[il, W_GATE], xn, acts, gate, no_acts)
-            _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, up, have)
-        else:
-            gu = _view(shid, T, 2 * n_ff)     # phi3: ffn_up holds [gate; up]
-            _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, gu, no_acts)
-            for t in range(T):
-                gate[t, :] = gu[t, :n_ff]
-                up[t, :] = gu[t, n_ff:]
-        if hp[H_ACT] == ACT_GELU:
-            geglu(gate, up, gelu_tab, hid)
-        else:
-            swiglu(gate, up, hid)
-        _linear(wbuf, wtab[il, W_DOWN], cbuf, ctab[il, W_DOWN], hid, acts, ao, no_acts)
-        if ftab[il, F_FFN_POST_NORM, 1] > 0:
-            rms_norm(ao, _fvec(fbuf, ftab[il, F_FFN_POST_NORM]), eps, ao)
+        _ffn(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, gelu_tab, shid, gate, up, hid, ao)
         _trace(trace, 8, il, ao)
         _add_residual(ao, x)
         _trace(trace, 9, il, x)
 
-    last = x[T - n_out:]
-    xo = _view(sxn, n_out, n_embd)
-    rms_norm(last, _fvec(fbuf, ftab[gl, F_OUT_NORM]), eps, xo)
-    out = logits[:n_out]
-    _linear(wbuf, wtab[gl, W_OUT], cbuf, ctab[gl, W_OUT], xo, acts, out, no_acts)
-    cap = hpf[HF_FINAL_SOFTCAP]
-    if cap != 0.0:
-        c = np.float32(cap)
-        inv = np.float32(1.0) / c     # ggml_scale by 1/cap, tanh, scale by cap
-        for t in range(n_out):
-            for i in range(n_vocab):
-                out[t, i] = np.float32(np.tanh(out[t, i] * inv)) * c
+    _output(x[T - n_out:], wbuf, wtab, cbuf, ctab, fbuf, ftab, gl, eps, hpf[HF_FINAL_SOFTCAP], acts,
+            _view(sxn, n_out, n_embd), logits[:n_out])
