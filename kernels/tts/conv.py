@@ -2,8 +2,8 @@
 taps[k] (C_out, C_in) @ act(x) shifted by k * dilation, for the VITS flow and HiFi-GAN.
 
 Each tile is fa_tiles.outer_tile: CONV_ROWS output channels x CONV_COLS frames of
-accumulators held in registers over the C_in loop of one tap (AVX2: 2 x 4 ymm, AVX-512:
-4 x 4 zmm), loaded from and stored to `out`, which starts as bias (+ residual). The input is
+accumulators held in registers over the C_in loop of one tap (4 x 3 ymm on AVX2, 4 x 3 zmm
+with AVX-512), loaded from and stored to `out`, which starts as bias (+ residual). The input is
 copied once into a zero-padded buffer with the activation applied (leaky ReLU, slope 1 for
 none), so a resblock's `x + conv(leaky_relu(x))` is one pass over x and one over the taps.
 The BLAS path (ops.conv1d: one sgemm per tap over a shifted view) reads and writes the whole
@@ -18,7 +18,7 @@ from ..fa_tiles import outer_tile
 from ..quants import JIT
 
 CONV_LANES = 16 if "avx512f" in probe().features else 8
-CONV_ROWS = 4 if CONV_LANES == 16 else 4      # accumulators + 4 input vectors + a broadcast fit
+CONV_ROWS = 4      # 4 x CONV_WIDTH accumulators, CONV_WIDTH input vectors and a broadcast: 16 registers
 CONV_WIDTH = 3
 CONV_COLS = CONV_WIDTH * CONV_LANES
 
