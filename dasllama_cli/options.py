@@ -26,7 +26,25 @@ def max_threads():
         return os.cpu_count() or 1
 
 
-THREADS = click.IntRange(1, max_threads())
+class ThreadCount(click.IntRange):
+    """1 to numba's pool size; the help says "cores", not this machine's count, so the man
+    pages generated from the help read the same on every machine."""
+
+    def __init__(self):
+        super().__init__(1, max_threads())
+
+    def _describe_range(self):
+        return "1<=x<=cores"
+
+    def convert(self, value, param, ctx):
+        number = click.INT.convert(value, param, ctx)
+        if not 1 <= number <= self.max:
+            self.fail(f"{number} is not in the range 1<=x<={self.max} (the threads numba can start here).",
+                      param, ctx)
+        return number
+
+
+THREADS = ThreadCount()
 
 
 def writable_file(ctx, param, value):

@@ -28,8 +28,8 @@ def dist(tmp_path_factory):
 def test_sdist_has_licence_man_completions_docs_and_tests(dist):
     sdist, = dist.glob("*.tar.gz")
     names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
-    for want in ("LICENSE", "man/dasllama.1", "completions/dasllama.bash", "completions/dasllama.zsh",
-                 "completions/dasllama.fish", "docs/ARCHITECTURE.md", "tests/test_packaging.py"):
+    for want in ("LICENSE", "man/dasllama.1", "man/dasllama-generate.1", "completions/dasllama",
+                 "completions/_dasllama", "completions/dasllama.fish", "docs/ARCHITECTURE.md", "tests/test_packaging.py"):
         assert want in names, want
 
 
@@ -37,8 +37,10 @@ def test_wheel_installs_man_page_and_completions(dist):
     wheel, = dist.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     data = {n.split(".data/data/", 1)[1] for n in names if ".data/data/" in n}
-    assert data == {"share/man/man1/dasllama.1", "share/bash-completion/completions/dasllama.bash",
-                    "share/zsh/site-functions/dasllama.zsh", "share/fish/vendor_completions.d/dasllama.fish"}
+    pages = {f"share/man/man1/{p.name}" for p in (ROOT / "man").glob("*.1")}
+    assert "share/man/man1/dasllama-transcribe.1" in pages
+    assert data == pages | {"share/bash-completion/completions/dasllama", "share/zsh/site-functions/_dasllama",
+                            "share/fish/vendor_completions.d/dasllama.fish"}
     assert any(n.endswith("licenses/LICENSE") for n in names)
     assert not any(n.startswith(("core/", "kernels/", "formats/")) for n in names), "a generic top-level name"
 
