@@ -60,3 +60,26 @@ def writable_file(ctx, param, value):
     if not os.access(parent, os.W_OK) or (os.path.exists(value) and not os.access(value, os.W_OK)):
         raise click.BadParameter(f"{value} cannot be written (permission denied).")
     return value
+
+
+def model_name(*kinds):
+    """A callback for -m: a path as given, or the path of a model `dasllama models` lists by that
+    name (None for the default model's name: the command then loads it as without -m)."""
+    def resolve(ctx, param, value):
+        from dasllama.core.runtime.catalog import KINDS, UnknownModel, resolve as resolve_name
+        try:
+            return resolve_name(value, kinds or KINDS)
+        except UnknownModel as e:
+            raise click.BadParameter(str(e)) from None
+    return resolve
+
+
+def complete_model_names(*kinds):
+    """Shell completion for -m: the installed models' names, then the shell's own file names."""
+    def complete(ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+        from dasllama.core.runtime.catalog import installed
+        names = [CompletionItem(m.name, help=m.kind) for m in installed()
+                 if m.name.startswith(incomplete) and (not kinds or m.kind in kinds)]
+        return names + [CompletionItem(incomplete, type="file")]
+    return complete
