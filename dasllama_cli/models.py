@@ -25,7 +25,7 @@ def models_cmd(kind, as_json):
                                    "source": m.source, "default": m.default}))
         return
     if not found:
-        click.echo("dasllama: no models installed; pip install 'dasllama[default-model]' or pass -m PATH.", err=True)
+        click.echo("dasllama: no models installed; pip install 'dasllama-toolkit[default-model]' or pass -m PATH.", err=True)
         return
     rows = [(m.name + (" (default)" if m.default else ""), m.kind, size_text(m.size), str(m.path)) for m in found]
     widths = [max(len(r[i]) for r in rows + [("NAME", "KIND", "SIZE", "PATH")]) for i in range(3)]

@@ -1,6 +1,7 @@
 """The sdist and the wheel carry what packagers and users need: the licence, the man page and
 the shell completions (installed where man and the shells look), the docs and the tests; and
 twine finds their metadata valid."""
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -50,3 +51,26 @@ def test_twine_check_passes(dist):
     r = subprocess.run([sys.executable, "-m", "twine", "check", *map(str, dist.iterdir())], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_regular_dasllama_package_elsewhere_on_the_path_is_one_sentence(dist, tmp_path):
+    """PyPI's `dasllama` (another product) is a regular package; on another sys.path entry than
+    our namespace portion it hides dasllama.core: the command says so instead of a traceback."""
+    wheel, = dist.glob("*.whl")
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    zipfile.ZipFile(wheel).extractall(ours)
+    (theirs / "dasllama").mkdir(parents=True)
+    (theirs / "dasllama" / "__init__.py").write_text('"""a regular package named dasllama"""\n')
+    launch = (f"import sys, runpy; sys.path[:0] = [{str(ours)!r}, {str(theirs)!r}]; "
+              "runpy.run_module('dasllama_cli', run_name='__main__')")
+    # -S: no site-packages, so this checkout's editable install does not map dasllama.* by name
+    r = subprocess.run([sys.executable, "-S", "-c", launch], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "hidden by another package named dasllama" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    both = tmp_path / "one-site-packages"          # the same two in one directory: they merge
+    zipfile.ZipFile(wheel).extractall(both)
+    shutil.copy(theirs / "dasllama" / "__init__.py", both / "dasllama" / "__init__.py")
+    r = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path[:0] = [{str(both)!r}]; import importlib.util; "
+                        "assert importlib.util.find_spec('dasllama.core'); import dasllama_cli"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
