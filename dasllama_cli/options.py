@@ -75,11 +75,12 @@ def model_name(*kinds):
 
 
 def complete_model_names(*kinds):
-    """Shell completion for -m: the installed models' names, then the shell's own file names."""
+    """Shell completion for -m: the installed models' names that match, else the shell's own file
+    names (click's bash script drops the names when a file completion comes with them)."""
     def complete(ctx, param, incomplete):
         from click.shell_completion import CompletionItem
         from dasllama.core.runtime.catalog import installed
         names = [CompletionItem(m.name, help=m.kind) for m in installed()
                  if m.name.startswith(incomplete) and (not kinds or m.kind in kinds)]
-        return names + [CompletionItem(incomplete, type="file")]
+        return names or [CompletionItem(incomplete, type="file")]
     return complete

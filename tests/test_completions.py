@@ -68,3 +68,12 @@ def test_fish_completes_commands_and_flags():
     assert run_shell("fish", script.format("tr"))[0] == "transcribe"
     words = run_shell("fish", script.format("serve --api"))
     assert words[0] == "--api-key"
+
+
+def test_bash_completes_model_names_after_m():
+    from dasllama.core.runtime.catalog import installed
+    whisper = sorted(m.name for m in installed() if m.kind == "whisper")
+    if not whisper:
+        pytest.skip("no Whisper model is installed (pip install -e '.[default-whisper]')")
+    names = run_shell("bash", BASH.format(words="dasllama transcribe -m whisper", cword=3))
+    assert sorted(names) == [n for n in whisper if n.startswith("whisper")]
