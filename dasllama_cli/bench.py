@@ -19,7 +19,7 @@ from .bench_asr import bench_asr
 from .bench_tts import bench_tts
 from .bench_output import render
 from .errors import USER_ERRORS
-from .options import THREADS, FiniteFloat, writable_file
+from .options import THREADS, FiniteFloat, complete_model_names, model_name, writable_file
 
 # llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
 FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
@@ -63,8 +63,9 @@ def int_list(ctx, param, value):
 @click.command()
 @click.argument("audio", nargs=-1)
 @click.option("-m", "--model", "model_path", type=click.Path(),
-              help="GGUF model file (default: the installed default model), or a Whisper model "
-                   "(whisper.cpp .bin or faster-whisper dir) to time transcriptions of AUDIO.")
+              callback=model_name(), shell_complete=complete_model_names(),
+              help="GGUF model file or a name `dasllama models` lists (default: the installed default model), "
+                   "or a Whisper model (whisper.cpp .bin or faster-whisper dir) to time transcriptions of AUDIO.")
 @click.option("--asr", is_flag=True,
               help="Time transcriptions of AUDIO files (implied when -m is a Whisper model).")
 @click.option("-p", "--n-prompt", default="512", show_default=True, callback=int_list,

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from dasllama.core.tts import (PHONEMIZERS, PhonemizerUnavailable, SynthesisError, VoiceError,
                                load_voice, resampled, sentence_phonemes, synthesize, to_int16)
 
-from .options import FiniteFloat, THREADS
+from .options import THREADS, FiniteFloat, complete_model_names, model_name
 
 USER_ERRORS = (VoiceError, SynthesisError, PhonemizerUnavailable)
 PROGRESS_MIN_CHARS = 500        # a progress bar (on a terminal) for text longer than this
@@ -109,7 +109,8 @@ class RawSink:
 @click.command()
 @click.argument("text", nargs=-1)
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(),
-              help="Piper voice .onnx (its .onnx.json beside it).")
+              callback=model_name("piper"), shell_complete=complete_model_names("piper"),
+              help="Piper voice .onnx (its .onnx.json beside it), or a name `dasllama models` lists.")
 @click.option("-f", "--file", type=click.Path(allow_dash=True),
               help="Read the text from FILE ('-' for stdin), one utterance per line.")
 @click.option("-o", "--output-file", type=click.Path(dir_okay=False, allow_dash=True),
