@@ -22,6 +22,7 @@ COMMANDS = {
     "bench": "bench:bench_cmd",
     "tune": "tune:tune_cmd",
     "serve": "serve:serve_cmd",
+    "mtmd": "mtmd:mtmd_cmd",
     "models": "models:models_cmd",
 }
 

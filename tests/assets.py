@@ -158,6 +158,36 @@ def vocab_dir():
     return out
 
 
+def mtmd_media(name="test-1.jpeg"):
+    """llama.cpp's mtmd test media (test-1.jpeg, test-2.mp3) from the sdist's tools/mtmd/."""
+    out = CACHE / "assets" / "mtmd" / name
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(llama_cpp_sdist()) as tar:
+        member = next((m for m in tar.getmembers()
+                       if m.name.endswith(f"/vendor/llama.cpp/tools/mtmd/{name}")), None)
+        if member is None:
+            raise AssetUnavailable(f"the llama-cpp-python sdist has no tools/mtmd/{name}")
+        tmp = out.with_suffix(f".{os.getpid()}.part")
+        with tar.extractfile(member) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    tmp.rename(out)
+    return out
+
+
+def llama_mtmd_bin():
+    """Bin dir holding llama-mtmd-cli (lib/ holding libmtmd.so), building what is missing."""
+    bindir = CACHE / "ref" / f"llama.cpp-{LLAMA_CPP_VERSION}" / "bin"
+    if not ((bindir / "llama-mtmd-cli").exists() and (bindir.parent / "lib" / "libmtmd.so").exists()):
+        env = dict(os.environ, DASLLAMA_CACHE=str(CACHE))
+        subprocess.run(["bash", str(ROOT / ".ci" / "build-llama-cpp")], env=env,
+                       stdout=subprocess.DEVNULL)
+    if not (bindir / "llama-mtmd-cli").exists():
+        raise AssetUnavailable("llama-mtmd-cli could not be built (.ci/build-llama-cpp)")
+    return bindir
+
+
 def requantized(qtype):
     """Gemma 3 270M requantized with llama-quantize to `qtype` (e.g. "Q8_0", "F16"), cached."""
     out = MODELS / f"gemma3-270m-{qtype}.gguf"
@@ -175,5 +205,6 @@ def requantized(qtype):
 
 
 if __name__ == "__main__":
-    for fetch in (gemma3_q4km, smollm2_q4_1, qwen25_05b_q4km, vocab_dir, llama_cpp_bin):
+    for fetch in (gemma3_q4km, smollm2_q4_1, qwen25_05b_q4km, vocab_dir, llama_cpp_bin,
+                  mtmd_media, llama_mtmd_bin):
         print(fetch.__name__, fetch(), file=sys.stderr)
