@@ -78,7 +78,7 @@ def int_list(ctx, param, value):
               help="Threads for both engines (default: the physical cores, as llama-bench).")
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "json", "csv", "jsonl"]), default="md",
               show_default=True, help="Output format.")
-@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper"]), default=None,
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper", "kokoro-onnx"]), default=None,
               help="Run llama-bench (for Whisper, whisper.cpp through pywhispercpp; for a Piper "
                    "voice, piper-tts) on the same weights and threads, interleaved with ours, and "
                    "add the ratio.")
@@ -112,8 +112,8 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         bench_serve(serve_url, n_gen[0] if n_gen else 32, repetitions, concurrency, fmt)
         return
     if model_path and model_path.endswith((".onnx", ".onnx.json")):
-        if ref not in (None, "piper") or audio:
-            raise click.UsageError("a Piper voice is timed against --ref piper, with no AUDIO.")
+        if ref not in (None, "piper", "kokoro-onnx") or audio:
+            raise click.UsageError("a voice is timed against --ref piper or kokoro-onnx, with no AUDIO.")
         hardware = probe_hardware()
         _warn_if_busy(hardware)
         bench_tts(model_path.removesuffix(".json"), n_sentences, repetitions, threads or physical_cores(),
