@@ -13,7 +13,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from dasllama.kernels.matmul import matmul_f32
-from dasllama.kernels.speech.encoder_ops import bias_gelu, layer_norm, softmax_rows
+from dasllama.kernels.speech.encoder_ops import bias_gelu, encoder_attention, layer_norm
 from dasllama.kernels.vision import avg_pool_tokens, patch_rows, rms_norm_rows
 
 Q_CHUNK = 256    # queries per attention tile: a tile's scores (256, n_patches) stay in cache
@@ -97,25 +97,7 @@ class Gemma3Tower:
 
     def _attention(self, qkv):                                # (T, 3 n) -> (T, n)
         """Non-causal softmax(q k^T / sqrt(d)) v per head, in (head, query chunk) tiles."""
-        n_tok, n3 = qkv.shape
-        n = n3 // 3
-        n_head = self.hparams.n_head
-        d = n // n_head
+        n = qkv.shape[1] // 3
         qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
-        qkv_t[:n] *= np.float32(1.0 / np.sqrt(d))
-        out = np.empty((n_tok, n), np.float32)
-
-        def tile(job):
-            h, t0 = job
-            t1 = min(n_tok, t0 + Q_CHUNK)
-            q_t, k_t, v_t = (qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3))
-            s = q_t[:, t0:t1].T @ k_t                           # (tc, T)
-            sums = np.empty(t1 - t0, np.float32)
-            softmax_rows(s, sums)
-            o = s @ v_t.T                                       # (tc, d)
-            o /= sums[:, None]
-            out[t0:t1, h * d:(h + 1) * d] = o
-
-        jobs = [(h, t0) for h in range(n_head) for t0 in range(0, n_tok, Q_CHUNK)]
-        list(self.pool.map(tile, jobs))
-        return out
+        qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
+        return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
