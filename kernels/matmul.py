@@ -30,9 +30,12 @@ from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_0_X8
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
            "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref"]
 
-# Tile plans, one list per format; the first is the default until a tuner says otherwise.
-#   rows/tokens: register tile (rows x tokens share each weight/activation load)
+# Tile plans, one list per format; the first a phase offers is its default until a tuner says
+# otherwise.
+#   rows/tokens: register tile (rows x tokens share each weight/activation load); rows1: the
+#     rows x 1 tile of single tokens (all of decode, the leftover tokens of a batch)
 #   engine: "ref" plain numba loops (dots.py), "simd" vector IR (simd.py)
+#   phases: the phases that offer it (simd.variants; absent: both)
 _REF = [("ref", dict(engine="ref", rows=1, tokens=1))]
 VARIANTS = {q: list(_REF) for q in SUPPORTED}
 for _q in simd.FORMATS:
@@ -55,10 +58,11 @@ _built = {}
 
 
 def build_kernel(qtype, name):
-    """The @njit(parallel=True) kernel(w, R, C, xq, xd, xa, xf, T, out) of one variant."""
-    key = (qtype, name)
+    """The @njit(parallel=True) kernel(w, R, C, xq, xd, xa, xf, T, out) of one variant; variants
+    with one plan (a decode variant and the prefill plan it is built on) share one kernel."""
+    params = {k: v for k, v in dict(VARIANTS[qtype])[name].items() if k != "phases"}
+    key = (qtype, tuple(sorted(params.items())))
     if key not in _built:
-        params = dict(VARIANTS[qtype])[name]
         if params["engine"] == "ref":
             _built[key] = _make_ref_kernel(qtype, params["rows"], params["tokens"])
         else:
@@ -262,8 +266,10 @@ def set_active(qtype, name, phase=None):
     """Make variant `name` the one `matmul` uses for `qtype` in `phase` ("decode", "prefill",
     None for both); returns the new `matmul`."""
     global matmul
-    if name not in dict(VARIANTS[qtype]):
-        raise KeyError(f"no variant {name!r} for type {qtype}; have {[n for n, _ in VARIANTS[qtype]]}")
+    for ph in PHASES if phase is None else (phase,):
+        offered = sidecar.offered(VARIANTS[qtype], ph)
+        if name not in offered:
+            raise KeyError(f"no {ph} variant {name!r} for type {qtype}; have {offered}")
     for ph in PHASES if phase is None else (phase,):
         ACTIVE[qtype, ph] = name
         for key in [k for k in ACTIVE if len(k) == 4 and k[:2] == (qtype, ph)]:

@@ -251,10 +251,14 @@ HAS_AVX512BW = llvm_has("avx512bw")
 # decode tiles of 2 and 4 rows beside the default plan's 1: rows stream interleaved, which
 # measured 3x slower on a Zen 4 but up to 1.8x faster on a Zen 3 for some shapes (Q4_K
 # 640x1024), so the tuner decides, per shape where it pays
-_DECODE_ROWS = (2, 4)
+_DECODE_ROWS = (1, 2, 4)
 
 
 def variants(qtype):
+    """[(name, params)]: the prefill variants, named after their rows x tokens tile, then the
+    decode variants, named after their rows x 1 tile (`phases` says which phase offers one).
+    A decode variant is the kernel of a prefill plan (the first of its vnni form) with that
+    T=1 tile: the default decode and prefill variants are then one kernel, compiled once."""
     if qtype in (F16, BF16, F32):
         plans = _F_PLANS
     elif BLOCK_ELEMS[qtype] == 256:
@@ -264,16 +268,18 @@ def variants(qtype):
         if HAS_VNNI:
             wide = [(n, dict(p, vnni=True, wide=True)) for n, p in _W_PLANS] if qtype in WIDE_FMTS else []
             plans = [(n + "_vnni", dict(p, vnni=True)) for n, p in _PLANS[:2]] + wide + plans
-    name, first = plans[0]
-    plans = plans + [(f"{name}_d{r}", dict(first, rows1=r)) for r in _DECODE_ROWS]
-    return [(n, dict(engine="simd", **p)) for n, p in plans]
+    prefill = [(n, dict(p, phases=("prefill",))) for n, p in plans]
+    firsts = {}     # vnni or not -> the first plan of that form
+    for _, p in plans:
+        firsts.setdefault(p.get("vnni", False), p)
+    decode = [(f"simd_r{r}t1" + ("_vnni" if vnni else ""), dict(first, rows1=r, phases=("decode",)))
+              for vnni, first in firsts.items() for r in (_DECODE_ROWS if first is plans[0][1] else (1,))]
+    return [(n, dict(engine="simd", **p)) for n, p in prefill + decode]
 
 
-def phase_params(params, phase):
-    """What of a variant's plan shapes the kernel a phase runs (decode: its T=1 tile; prefill:
-    its main tile), so the tuner races each distinct kernel of a phase once."""
-    keys = ("engine", "rows1", "vnni") if phase == "decode" else ("engine", "rows", "tokens", "vnni", "wide")
-    return tuple(params.get(k) for k in keys)
+def offers(params, phase):
+    """Whether a variant (its params) is offered for `phase` (a plan without `phases`: both)."""
+    return phase in params.get("phases", ("decode", "prefill"))
 
 
 def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
