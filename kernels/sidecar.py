@@ -80,13 +80,20 @@ def type_name(qtype):
 
 # --- provenance -------------------------------------------------------------------------------
 
+def kernel_sources():
+    """The files that define matmul kernels: kernels/*.py but the tuner's own, and the weight
+    formats' modules (kernels/formats/)."""
+    here = Path(__file__).parent
+    return [f for f in sorted(here.glob("*.py")) + sorted((here / "formats").glob("*.py"))
+            if f.name not in _NOT_KERNELS or f.parent.name == "formats"]
+
+
 def kernel_sources_hash():
     """Hash of the files that define kernels: a change there can change every timing."""
     h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.glob("*.py")):
-        if f.name not in _NOT_KERNELS:
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+    for f in kernel_sources():
+        h.update(f.relative_to(Path(__file__).parent).as_posix().encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -2,7 +2,7 @@
 rows per call, looped over blocks in LLVM IR inside a numba @intrinsic.
 
 `emit_tile` wraps a format's block dot (blockdots.py) in the block loop with one accumulator
-per (row, token) pair (with the formats of blockdots.WIDE_FMTS, one 512-bit accumulator per
+per (row, token) pair (with the formats of blockdots_batch.WIDE_FMTS, one 512-bit accumulator per
 row and pair of tokens); `emit_float_tile` does the same for F32/F16/BF16. `make_kernel` is the
 template every variant comes from: prange over row tiles, token tiles inside, cache-sized
 token chunks outside. Tails: rows and tokens past the valid count re-read the last valid one
@@ -14,8 +14,7 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .cpu import llvm_has
-from .blockdots import FMTS, UNSIGNED_OFFSET, WIDE_FMTS
-from .blockdots_batch import GEMM_FMTS, TILED_FMTS
+from .blockdots_batch import FMTS, GEMM_FMTS, TILED_FMTS, UNSIGNED_OFFSET, WIDE_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, i64_call, keep_alive, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
@@ -353,7 +352,7 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
 @njit(**JIT)
 def offset_sums(xq, n_tokens, n_cols, offset):
     """offset * (x[2i] + x[2i+1]) of each token's int8 quants as int16 (T, n_cols // 2):
-    what the unsigned Q4_0/Q5_0 dots (blockdots.UNSIGNED_OFFSET) take from their pmaddubsw
+    what the unsigned Q4_0/Q5_0 dots (blockdots_batch.UNSIGNED_OFFSET) take from their pmaddubsw
     pairs (at most 16 * 254 in magnitude)."""
     sums = np.empty((n_tokens, n_cols // 2), np.int16)
     for t in range(sums.shape[0]):

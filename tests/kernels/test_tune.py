@@ -404,3 +404,16 @@ def test_greedy_tokens_and_logits_are_the_same_bits_with_other_winners(tiny_mode
     pinned = _greedy(path, {**os.environ, sidecar.PIN_ENV: pin})
     assert pinned[2:] == ["ref", simd_other, "0"] and in_force[2:4] != pinned[2:4] and in_force[4] != "0"
     assert pinned[:2] == in_force[:2]
+
+
+def test_the_kernels_hash_covers_every_format_module(monkeypatch):
+    # a tuned sidecar is refused once a format's module changes, as for any kernel file
+    from pathlib import Path
+    here = Path(sidecar.__file__).parent
+    files = {f.relative_to(here).as_posix() for f in sidecar.kernel_sources()}
+    assert {"formats/q4_k.py", "formats/common.py", "formats/__init__.py", "matmul.py"} <= files
+    assert "tune.py" not in files
+    before = sidecar.kernel_sources_hash()
+    read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda p: read(p) + (b"#" if p.name == "q4_k.py" else b""))
+    assert sidecar.kernel_sources_hash() != before
