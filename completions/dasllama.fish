@@ -1,135 +1,17 @@
-# fish completion for dasllama 0.1.0: every command and flag of `dasllama COMMAND --help`.
-# Static, so a TAB does not start Python; update it with the commands' flags.
-# Install it as ~/.config/fish/completions/dasllama.fish.
-set -l commands generate transcribe speak tune bench verify serve
-complete -c dasllama -f
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -l version -d 'Show the version and exit'
-complete -c dasllama -s h -l help -d 'Show the help and exit'
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a generate -d 'Generate text from PROMPT with a GGUF model, streaming it to stdout'
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a transcribe -d 'Transcribe AUDIO files (wav, flac, ogg, mp3; \'-\' for stdin) with a Whisper model'
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a speak -d 'Speak TEXT (or -f FILE, or stdin) with a Piper voice, as WAV or raw PCM'
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a tune -d 'Race the kernel variants on this machine and keep the fastest (pin one with DASLLAMA_KERNELS)'
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a bench -d 'Measure prompt (pp) and generation (tg) speed as llama-bench does'
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a verify -d 'Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts, or (--asr)...'
+function _dasllama_completion;
+    set -l response (env _DASLLAMA_COMPLETE=fish_complete COMP_WORDS=(commandline -cp) COMP_CWORD=(commandline -t) dasllama);
 
-complete -c dasllama -n "not __fish_seen_subcommand_from $commands" -a serve -d 'Serve a model over the OpenAI API (chat, completions, embeddings, audio)'
+    for completion in $response;
+        set -l metadata (string split "," $completion);
 
-# generate
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s m -l model -r -F -d 'GGUF model file (default: the installed default model, Gemma 3 270M)'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s p -l prompt -x -d 'Prompt text'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s f -l file -r -F -d 'Read the prompt from a file (\'-\' for stdin)'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s n -l n-predict -x -d 'Tokens to generate (-1: until end of text or full context)'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s c -l ctx-size -x -d 'Context size in tokens (0: the model\'s training context)'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s t -l threads -x -d 'Threads (default: all cores)'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s b -l batch-size -x -d 'Prompt tokens per forward pass'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l temp -x -d 'Temperature'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l top-k -x -d 'Top-k sampling: keep the k most likely tokens'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l top-p -x -d 'Top-p (nucleus) sampling'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l min-p -x -d 'Min-p sampling'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l repeat-penalty -x -d 'Repetition penalty (1.0: off)'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l repeat-last-n -x -d 'Tokens the repetition penalty looks back over'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s s -l seed -x -d 'RNG seed (-1: random)'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l chat -d 'Render the prompt through the model\'s chat template'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l chat-template -r -F -d 'Jinja chat template FILE instead of the model\'s'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l grammar -r -F -d 'Constrain the output to a GBNF grammar FILE'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l json-schema -r -F -d 'Constrain the output to JSON valid against this schema'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l stop -x -d 'Stop when the text contains STRING'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -o sys -l system-prompt -x -d 'System message for --chat'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l ignore-eos -d 'Keep generating past end-of-text tokens'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -l json -d 'Print one JSON record (text, token ids, timings) instead of streaming'
-complete -c dasllama -n '__fish_seen_subcommand_from generate' -s q -l quiet -d 'Nothing on stderr: no timing line, no first-run compile notice'
+        if test $metadata[1] = "dir";
+            __fish_complete_directories $metadata[2];
+        else if test $metadata[1] = "file";
+            __fish_complete_path $metadata[2];
+        else if test $metadata[1] = "plain";
+            echo $metadata[2];
+        end;
+    end;
+end;
 
-# transcribe
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s m -l model -r -F -d 'whisper.cpp ggml .bin or faster-whisper (CTranslate2) model directory (default: an inst...'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s f -l format -x -a 'txt srt vtt json tsv' -d 'Output format'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s o -l output-dir -x -a '(__fish_complete_directories)' -d 'Write <audio name>.<format> files here instead of printing to stdout'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s l -l language -x -d 'Spoken language (code or name)'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -l task -x -a 'transcribe translate' -d 'translate: English text from any language'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -o nt -l no-timestamps -d 'Decode without timestamp tokens'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s t -l threads -x -d 'Threads (default: all cores)'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -s q -l quiet -d 'No timings or progress on stderr'
-complete -c dasllama -n '__fish_seen_subcommand_from transcribe' -F
-
-# speak
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -s m -l model -r -F -d 'Piper voice .onnx (its .onnx.json beside it)'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -s f -l file -r -F -d 'Read the text from FILE (\'-\' for stdin), one utterance per line'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -s o -l output-file -r -F -d 'Write a WAV file (\'-\' for stdout)'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l output-raw -d 'Stream raw s16le mono PCM to stdout (the sample rate goes to stderr)'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -s s -l speaker -x -d 'Speaker id or name (multi-speaker voices)'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l speed -x -d 'Speaking rate: 2 is twice as fast'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l length-scale -x -d 'Phoneme length, as piper names it (overrides --speed)'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l noise-scale -x -d 'Generator noise'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l noise-w -l noise-w-scale -x -d 'Phoneme width noise'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l sentence-silence -x -d 'Seconds of silence after each sentence'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l json-input -d 'Input lines are JSON objects as piper reads them'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l rate -x -d 'Resample the output to this many Hz (soxr)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l sentences -x -d 'Piper voice: sentences spoken per sample'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -l phonemizer -x -a 'lexicon espeak' -d 'Text to phonemes'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -s t -l threads -x -d 'Threads (default: all cores)'
-complete -c dasllama -n '__fish_seen_subcommand_from speak' -s q -l quiet -d 'No timings on stderr'
-
-# tune
-complete -c dasllama -n '__fish_seen_subcommand_from tune' -s m -l model -r -F -d 'GGUF model to tune for: its weight formats and shapes (default: the installed default m...'
-complete -c dasllama -n '__fish_seen_subcommand_from tune' -l budget -x -d 'Seconds of timing races'
-complete -c dasllama -n '__fish_seen_subcommand_from tune' -s t -l threads -x -d 'Threads to race with (default: numba\'s, as generation uses)'
-complete -c dasllama -n '__fish_seen_subcommand_from tune' -l show -d 'Print the variant in force for each weight type and why, and exit'
-complete -c dasllama -n '__fish_seen_subcommand_from tune' -l reset -d 'Delete this machine\'s tuning sidecar (then tune, if -m is given)'
-complete -c dasllama -n '__fish_seen_subcommand_from tune' -l force -d 'Tune even on a busy machine, and race again what the sidecar already holds'
-complete -c dasllama -n '__fish_seen_subcommand_from tune' -l no-warm -d 'Do not compile the decode step with the new winners now (the next run will)'
-
-# bench
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -s m -l model -r -F -d 'GGUF model file (default: the installed default model), or a Whisper model (whisper.cpp...'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l asr -d 'Time transcriptions of AUDIO files (implied when -m is a Whisper model)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -s p -l n-prompt -x -d 'Prompt tokens of the pp tests (comma-separated list; 0: none)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -s n -l n-gen -x -d 'Generated tokens of the tg tests (comma-separated list; 0: none)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -s r -l repetitions -x -d 'Samples per test'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -s t -l threads -x -d 'Threads for both engines (default: the physical cores, as llama-bench)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -s o -l output -x -a 'md json csv jsonl' -d 'Output format'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l ref -x -a 'llama.cpp whisper.cpp piper' -d 'Run llama-bench (or for Whisper, whisper.cpp through pywhispercpp) on the same weights...'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l ref-bin -x -a '(__fish_complete_directories)' -d 'Dir with llama-bench (default: PATH, then dasllama\'s cache)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l ref-model -r -F -d 'File for the reference to load instead of -m (Whisper default: -m as a ggml .bin)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l wait-idle -x -d 'Before each sample, wait up to this many seconds for other processes to leave the CPUs'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l receipt -r -F -d 'Write the results with the receipt (commands, versions, sha256 of inputs, hardware) as...'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -s l -l language -x -d 'Whisper: spoken language for both engines (default: detect; English-only models: en)'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -l task -x -a 'transcribe translate' -d 'Whisper: the task for both engines'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -o nt -l no-timestamps -d 'Whisper: decode without timestamp tokens'
-complete -c dasllama -n '__fish_seen_subcommand_from bench' -F
-
-# verify
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -s m -l model -r -F -d 'GGUF model file (default: the installed default model)'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l asr -d 'Verify a Whisper model on AUDIO files against whisper.cpp (pywhispercpp), greedy on bot...'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -s p -l prompt -x -d 'Prompt to decode greedily'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -s n -l n-predict -x -d 'Tokens to generate per prompt'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l ref -x -a 'llama.cpp whisper.cpp piper' -d 'Reference engine (default: llama.cpp; whisper.cpp with --asr)'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l ref-bin -x -a '(__fish_complete_directories)' -d 'Dir with llama.cpp\'s tools (default: PATH, then llama-cpp-python, then dasllama\'s cache)'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l ref-model -r -F -d 'File for the reference to load instead of -m (e.g. the source of a requantized file; wi...'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -s t -l threads -x -d 'Threads for both engines (default: all cores)'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -s c -l ctx-size -x -d 'Context size for both engines'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l tie-gap -x -d 'A flip is a near-tie when the two engines\' margins between the two tokens add up to no...'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l drift-bound -x -d 'Drift past this (relative to a tensor\'s RMS) names the layer where the engines part'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l layers -l no-layers -d 'Compare per-layer activations always / never (default: when tokens differ)'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -s l -l language -x -d '--asr: spoken language for both engines (default: detect; English-only models: en)'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l task -x -a 'transcribe translate' -d '--asr: the task for both engines'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -o nt -l no-timestamps -d '--asr: decode without timestamp tokens'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l strict -d 'Fail (exit 1) on near-ties too'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -l json -d 'Print one JSON report instead of text'
-complete -c dasllama -n '__fish_seen_subcommand_from verify' -F
-
-# serve
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -d 'GGUF model file'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -s a -l model-alias -x -d 'The model\'s name in the API'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l host -x -d 'Address to listen on'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l port -x -d 'Port'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -s t -l threads -x -d 'Threads'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -s c -l ctx-size -x -d 'Context size in tokens, shared by the parallel sequences'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -o np -l parallel -x -d 'Sequences decoded together'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -s b -l batch-size -x -d 'Prompt tokens per forward pass'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l queue -x -d 'Requests that may wait for a free sequence'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l api-key -x -d 'Require Authorization: Bearer KEY'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l cors -x -d 'Allow browser requests from ORIGIN'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l embeddings -d 'Serve /v1/embeddings'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l no-embeddings -d 'Do not serve /v1/embeddings'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l whisper-model -r -F -d 'A Whisper model for /v1/audio/transcriptions'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l voice-model -r -F -d 'A Piper voice for /v1/audio/speech'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -l max-body -x -d 'Largest request body in bytes'
-complete -c dasllama -n '__fish_seen_subcommand_from serve' -s q -l quiet -d 'Only errors on stderr'
+complete --no-files --command dasllama --arguments "(_dasllama_completion)";

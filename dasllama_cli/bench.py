@@ -19,7 +19,7 @@ from .bench_asr import bench_asr
 from .bench_tts import bench_tts
 from .bench_output import render
 from .errors import USER_ERRORS
-from .options import THREADS, FiniteFloat, writable_file
+from .options import THREADS, FiniteFloat, complete_model_names, model_name, writable_file
 
 # llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
 FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
@@ -63,8 +63,9 @@ def int_list(ctx, param, value):
 @click.command()
 @click.argument("audio", nargs=-1)
 @click.option("-m", "--model", "model_path", type=click.Path(),
-              help="GGUF model file (default: the installed default model), or a Whisper model "
-                   "(whisper.cpp .bin or faster-whisper dir) to time transcriptions of AUDIO.")
+              callback=model_name(), shell_complete=complete_model_names(),
+              help="GGUF model file or a name `dasllama models` lists (default: the installed default model), "
+                   "or a Whisper model (whisper.cpp .bin or faster-whisper dir) to time transcriptions of AUDIO.")
 @click.option("--asr", is_flag=True,
               help="Time transcriptions of AUDIO files (implied when -m is a Whisper model).")
 @click.option("-p", "--n-prompt", default="512", show_default=True, callback=int_list,
@@ -77,7 +78,7 @@ def int_list(ctx, param, value):
               help="Threads for both engines (default: the physical cores, as llama-bench).")
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "json", "csv", "jsonl"]), default="md",
               show_default=True, help="Output format.")
-@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper"]), default=None,
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper", "kokoro-onnx"]), default=None,
               help="Run llama-bench (for Whisper, whisper.cpp through pywhispercpp; for a Piper "
                    "voice, piper-tts) on the same weights and threads, interleaved with ours, and "
                    "add the ratio.")
@@ -111,8 +112,8 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         bench_serve(serve_url, n_gen[0] if n_gen else 32, repetitions, concurrency, fmt)
         return
     if model_path and model_path.endswith((".onnx", ".onnx.json")):
-        if ref not in (None, "piper") or audio:
-            raise click.UsageError("a Piper voice is timed against --ref piper, with no AUDIO.")
+        if ref not in (None, "piper", "kokoro-onnx") or audio:
+            raise click.UsageError("a voice is timed against --ref piper or kokoro-onnx, with no AUDIO.")
         hardware = probe_hardware()
         _warn_if_busy(hardware)
         bench_tts(model_path.removesuffix(".json"), n_sentences, repetitions, threads or physical_cores(),

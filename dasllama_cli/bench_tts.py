@@ -22,15 +22,16 @@ def bench_tts(model_path, n_sentences, repetitions, threads, fmt, ref, wait_idle
     try:
         load_voice(model_path)                      # a bad voice is one sentence, before any timing
         if ref:
-            reference_versions()
-            import piper  # noqa: F401
+            reference_versions(ref)
+            __import__("kokoro_onnx" if ref == "kokoro-onnx" else "piper")
     except (VoiceError, PhonemizerUnavailable) as e:
         raise click.ClickException(str(e)) from None
     except ImportError:
-        raise click.ClickException("--ref piper needs piper-tts: pip install piper-tts==1.8.0.") from None
+        raise click.ClickException(f"--ref {ref} needs its package: pip install "
+                                   f"{'kokoro-onnx==0.6.1' if ref == 'kokoro-onnx' else 'piper-tts==1.8.0'}.") from None
 
     def progress(rep, ours, theirs):
-        other = f", piper-tts {theirs[1]:.3f} s (first audio {theirs[0]:.3f} s)" if theirs else ""
+        other = f", {ref} {theirs[1]:.3f} s (first audio {theirs[0]:.3f} s)" if theirs else ""
         click.echo(f"bench: {n_sentences} sentences {rep + 1}/{repetitions}: dasllama {ours[1]:.3f} s "
                    f"(first audio {ours[0]:.3f} s){other}", err=True)
 
@@ -47,9 +48,9 @@ def bench_tts(model_path, n_sentences, repetitions, threads, fmt, ref, wait_idle
                           + (["--ref", ref] if ref else []))
         theirs = [f"piper.PiperVoice(onnxruntime.InferenceSession({os.path.abspath(model_path)!r}, "
                   f"intra_op_num_threads={threads})).synthesize(text, SynthesisConfig(noise_w_scale=0))"]
-        receipt = build_receipt({"dasllama": ours, "piper-tts": theirs if ref else []},
-                                [model_path, f"{model_path}.json"],
-                                reference_versions() if ref else None, hardware)
+        receipt = build_receipt({"dasllama": ours, ref or "piper-tts": theirs if ref else []},
+                                [p for p in (model_path, f"{model_path}.json") if os.path.exists(p)],
+                                reference_versions(ref) if ref else None, hardware)
     if receipt_path:
         write_results(receipt_path, records, receipt)
     click.echo(render(records, fmt, receipt, ref is not None, FIELDS, to_markdown), nl=False)

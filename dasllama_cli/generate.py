@@ -10,7 +10,7 @@ from dasllama.core import Constraint, SamplerParams, generate, load, prompt_ids
 from dasllama.core.llm.conversation import Conversation
 
 from .errors import user_errors
-from .options import THREADS, FiniteFloat
+from .options import THREADS, FiniteFloat, complete_model_names, model_name
 
 
 def read_prompt(prompt_arg, prompt_opt, file, encoding, chat=False):
@@ -102,8 +102,10 @@ def size_text(n_bytes):
 
 @click.command()
 @click.argument("prompt_arg", metavar="[PROMPT]", required=False)
-@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
-              help="GGUF model file (default: the installed default model, Gemma 3 270M).")
+@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False), envvar="DASLLAMA_MODEL",
+              callback=model_name("gguf"), shell_complete=complete_model_names("gguf"),
+              help="GGUF model file, or a name `dasllama models` lists (default: $DASLLAMA_MODEL, else the "
+                   "installed default model, Gemma 3 270M).")
 @click.option("-p", "--prompt", "prompt_opt", help="Prompt text.")
 @click.option("-f", "--file", type=click.File("rb"), help="Read the prompt from a file ('-' for stdin).")
 @click.option("--encoding", default="utf-8", show_default=True, callback=check_encoding,

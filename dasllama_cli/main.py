@@ -22,6 +22,8 @@ COMMANDS = {
     "bench": "bench:bench_cmd",
     "tune": "tune:tune_cmd",
     "serve": "serve:serve_cmd",
+    "mtmd": "mtmd:mtmd_cmd",
+    "models": "models:models_cmd",
 }
 
 
@@ -108,9 +110,20 @@ def _print_version(ctx, param, value):
     ctx.exit()
 
 
+def _print_completion(ctx, param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    from .docs_gen import completion_script
+    click.echo(completion_script(value), nl=False)
+    ctx.exit()
+
+
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Show the version, commit, numba/llvmlite, CPU class and threading layer, and exit.")
+@click.option("--completion", type=click.Choice(["bash", "zsh", "fish"]), expose_value=False, is_eager=True,
+              callback=_print_completion, help="Print the shell's completion script (e.g. eval \"$(dasllama "
+              "--completion bash)\" in ~/.bashrc), and exit.")
 def cli():
     """Run local AI models on the CPU from stock GGUF files."""
 

@@ -26,7 +26,25 @@ def max_threads():
         return os.cpu_count() or 1
 
 
-THREADS = click.IntRange(1, max_threads())
+class ThreadCount(click.IntRange):
+    """1 to numba's pool size; the help says "cores", not this machine's count, so the man
+    pages generated from the help read the same on every machine."""
+
+    def __init__(self):
+        super().__init__(1, max_threads())
+
+    def _describe_range(self):
+        return "1<=x<=cores"
+
+    def convert(self, value, param, ctx):
+        number = click.INT.convert(value, param, ctx)
+        if not 1 <= number <= self.max:
+            self.fail(f"{number} is not in the range 1<=x<={self.max} (the threads numba can start here).",
+                      param, ctx)
+        return number
+
+
+THREADS = ThreadCount()
 
 
 def writable_file(ctx, param, value):
@@ -42,3 +60,27 @@ def writable_file(ctx, param, value):
     if not os.access(parent, os.W_OK) or (os.path.exists(value) and not os.access(value, os.W_OK)):
         raise click.BadParameter(f"{value} cannot be written (permission denied).")
     return value
+
+
+def model_name(*kinds):
+    """A callback for -m: a path as given, or the path of a model `dasllama models` lists by that
+    name (None for the default model's name: the command then loads it as without -m)."""
+    def resolve(ctx, param, value):
+        from dasllama.core.runtime.catalog import KINDS, UnknownModel, resolve as resolve_name
+        try:
+            return resolve_name(value, kinds or KINDS)
+        except UnknownModel as e:
+            raise click.BadParameter(str(e)) from None
+    return resolve
+
+
+def complete_model_names(*kinds):
+    """Shell completion for -m: the installed models' names that match, else the shell's own file
+    names (click's bash script drops the names when a file completion comes with them)."""
+    def complete(ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+        from dasllama.core.runtime.catalog import installed
+        names = [CompletionItem(m.name, help=m.kind) for m in installed()
+                 if m.name.startswith(incomplete) and (not kinds or m.kind in kinds)]
+        return names or [CompletionItem(incomplete, type="file")]
+    return complete

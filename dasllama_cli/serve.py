@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .errors import user_errors
-from .options import THREADS
+from .options import THREADS, complete_model_names, model_name
 
 
 def check_port(host, port):
@@ -24,8 +24,10 @@ def check_port(host, port):
 
 
 @click.command()
-@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
-              help="GGUF model file (default: the installed default model).")
+@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False), envvar="DASLLAMA_MODEL",
+              callback=model_name("gguf"), shell_complete=complete_model_names("gguf"),
+              help="GGUF model file, or a name `dasllama models` lists (default: $DASLLAMA_MODEL, else the "
+                   "installed default model).")
 @click.option("-a", "--model-alias", help="The model's name in the API (default: the file's name).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="Port.")

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from dasllama.core.tts import (PHONEMIZERS, PhonemizerUnavailable, SynthesisError, VoiceError,
                                load_voice, resampled, sentence_phonemes, synthesize, to_int16)
 
-from .options import FiniteFloat, THREADS
+from .options import THREADS, FiniteFloat, complete_model_names, model_name
 
 USER_ERRORS = (VoiceError, SynthesisError, PhonemizerUnavailable)
 PROGRESS_MIN_CHARS = 500        # a progress bar (on a terminal) for text longer than this
@@ -109,7 +109,9 @@ class RawSink:
 @click.command()
 @click.argument("text", nargs=-1)
 @click.option("-m", "--model", "model_path", required=True, type=click.Path(),
-              help="Piper voice .onnx (its .onnx.json beside it).")
+              callback=model_name("piper"), shell_complete=complete_model_names("piper"),
+              help="Piper voice .onnx (its .onnx.json beside it), Kokoro .onnx (its voice pack "
+                   "beside it), or a name `dasllama models` lists.")
 @click.option("-f", "--file", type=click.Path(allow_dash=True),
               help="Read the text from FILE ('-' for stdin), one utterance per line.")
 @click.option("-o", "--output-file", type=click.Path(dir_okay=False, allow_dash=True),
@@ -121,7 +123,11 @@ class RawSink:
                    '"speaker", "output_file"}.')
 @click.option("--rate", type=click.IntRange(1000, 384000), default=None,
               help="Resample the output to this many Hz (soxr; default: the voice's rate).")
-@click.option("-s", "--speaker", default=None, help="Speaker id or name (multi-speaker voices).")
+@click.option("-s", "--speaker", "--voice", "speaker", default=None,
+              help="Speaker id or name (multi-speaker Piper voices), or a Kokoro voice name.")
+@click.option("--voices", "voices_path", type=click.Path(dir_okay=False), default=None,
+              help="Kokoro voice pack (.npz; default: the one beside the model).")
+@click.option("--list-voices", is_flag=True, help="List the model's voices (Kokoro) or speakers and exit.")
 @click.option("--speed", type=FiniteFloat(0, 10, min_open=True), default=1.0, show_default=True,
               help="Speaking rate: 2 is twice as fast (length scale = the voice's / speed).")
 @click.option("--length-scale", type=FiniteFloat(0, 10, min_open=True), default=None,
@@ -137,9 +143,18 @@ class RawSink:
                    "phonemes, any language; needs piper-tts, which bundles it).")
 @click.option("-t", "--threads", type=THREADS, default=None, help="Threads (default: all cores).")
 @click.option("-q", "--quiet", is_flag=True, help="No timings on stderr.")
-def speak_cmd(text, model_path, file, output_file, output_raw, json_input, rate, speaker, speed,
-              length_scale, noise_scale, noise_w, sentence_silence, phonemizer, threads, quiet):
-    """Speak TEXT (or -f FILE, or stdin) with a Piper voice, as WAV or raw PCM."""
+def speak_cmd(text, model_path, file, output_file, output_raw, json_input, rate, speaker, voices_path,
+              list_voices, speed, length_scale, noise_scale, noise_w, sentence_silence, phonemizer,
+              threads, quiet):
+    """Speak TEXT (or -f FILE, or stdin) with a Piper or Kokoro voice, as WAV or raw PCM."""
+    if list_voices:
+        try:
+            voice = load_voice(model_path, n_threads=threads, voices_path=voices_path)
+        except VoiceError as e:
+            raise click.ClickException(str(e)) from None
+        names = voice.voice_names() if hasattr(voice, "voice_names") else sorted(voice.config.speaker_id_map)
+        click.echo("\n".join(names or ["(one speaker)"]))
+        return
     lines = utterances(text, file)
     if not lines:
         raise click.ClickException("no text to speak: the input is empty.")
@@ -152,8 +167,12 @@ def speak_cmd(text, model_path, file, output_file, output_raw, json_input, rate,
         raise click.UsageError("--output-raw writes to stdout; drop -o or --output-raw.")
     t0 = time.perf_counter()
     try:
-        voice = load_voice(model_path, n_threads=threads)
+        voice = load_voice(model_path, n_threads=threads, voices_path=voices_path)
+        if hasattr(voice, "voice_names") and speaker is not None:
+            voice.style(speaker, 1)                 # an unknown voice name fails before any audio
     except VoiceError as e:
+        raise click.ClickException(str(e)) from None
+    except ValueError as e:                          # KokoroError
         raise click.ClickException(str(e)) from None
     rate = rate or voice.sample_rate
     if not quiet:

@@ -11,7 +11,7 @@ from dasllama.core.asr.decode import DecodeOptions, TranscribeError, check_langu
 from dasllama.core.asr.writers import FORMATS, RENDER
 from dasllama.formats.audio import SAMPLE_RATE, AudioError, load
 
-from .options import THREADS
+from .options import THREADS, complete_model_names, model_name
 
 MIN_SECONDS = 1.0
 
@@ -25,8 +25,9 @@ def read_audio(name):
 @click.command()
 @click.argument("audio", nargs=-1)
 @click.option("-m", "--model", "model_path", type=click.Path(),
-              help="whisper.cpp ggml .bin or faster-whisper (CTranslate2) model directory "
-                   "(default: an installed tiny.en).")
+              callback=model_name("whisper"), shell_complete=complete_model_names("whisper"),
+              help="whisper.cpp ggml .bin or faster-whisper (CTranslate2) model directory, or a name "
+                   "`dasllama models` lists (default: an installed tiny.en).")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="txt",
               show_default=True, help="Output format.")
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False),

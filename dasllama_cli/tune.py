@@ -14,12 +14,14 @@ from dasllama.kernels import sidecar
 from dasllama.kernels.tune import Noisy, in_force, model_shapes, tune
 
 from .errors import USER_ERRORS
-from .options import THREADS, FiniteFloat
+from .options import THREADS, FiniteFloat, complete_model_names, model_name
 
 
 @click.command()
-@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False),
-              help="GGUF model to tune for: its weight formats and shapes (default: the installed default model).")
+@click.option("-m", "--model", "model_path", type=click.Path(dir_okay=False), envvar="DASLLAMA_MODEL",
+              callback=model_name("gguf"), shell_complete=complete_model_names("gguf"),
+              help="GGUF model to tune for (its weight formats and shapes), or a name `dasllama models` lists "
+                   "(default: $DASLLAMA_MODEL, else the installed default model).")
 @click.option("--budget", default=60.0, show_default=True, type=FiniteFloat(0, min_open=True),
               help="Seconds of timing races; compiling the variants comes on top.")
 @click.option("-t", "--threads", type=THREADS, default=None,

@@ -14,7 +14,7 @@ from dasllama.core.tools.verify_llm import (DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP
 from dasllama.core.asr.model import is_whisper_model
 
 from .errors import USER_ERRORS
-from .options import THREADS, FiniteFloat
+from .options import THREADS, FiniteFloat, complete_model_names, model_name
 from .verify_asr import verify_asr
 from .verify_tts import verify_tts
 
@@ -29,8 +29,9 @@ class SetupError(click.ClickException):
 @click.command()
 @click.argument("audio", nargs=-1)
 @click.option("-m", "--model", "model_path", type=click.Path(),
-              help="GGUF model file (default: the installed default model); with --asr a "
-                   "whisper.cpp .bin or a faster-whisper (CT2) dir (default: an installed tiny.en).")
+              callback=model_name(), shell_complete=complete_model_names(),
+              help="GGUF model file or a name `dasllama models` lists (default: the installed default "
+                   "model); with --asr a whisper.cpp .bin or a faster-whisper (CT2) dir (default: an installed tiny.en).")
 @click.option("--asr", is_flag=True,
               help="Verify a Whisper model on AUDIO files against whisper.cpp (pywhispercpp), "
                    "greedy on both sides; implied when -m is a Whisper model.")

@@ -51,6 +51,12 @@ def _diagnose(path, head):
     return f"{path} is not an ONNX model (it does not parse as one)."
 
 
+def _attribute(a, helper, numpy_helper):
+    """An attribute's python value; a tensor (ConstantOfShape's value) as a numpy array."""
+    value = helper.get_attribute_value(a)
+    return numpy_helper.to_array(value) if a.type == a.TENSOR else value
+
+
 def read(path):
     """Load an ONNX model file: initializers as numpy arrays, nodes with their attributes."""
     import onnx
@@ -69,7 +75,7 @@ def read(path):
         raise OnnxError(_diagnose(path, head))
     weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     nodes = [Node(n.op_type, n.name, list(n.input), list(n.output),
-                  {a.name: helper.get_attribute_value(a) for a in n.attribute})
+                  {a.name: _attribute(a, helper, numpy_helper) for a in n.attribute})
              for n in graph.node]
     inputs = [i.name for i in graph.input if i.name not in weights]
     return OnnxModel(path, weights, nodes, inputs, [o.name for o in graph.output])

@@ -23,12 +23,29 @@ F16_LANES = 16 if "avx512f" in probe().features else 8
 
 
 @njit(cache=True, boundscheck=False)
-def store_kv(src, cache, pos0):
-    """Round rows of src (T, n) to f16 into cache rows pos0.. (cache: (n_ctx, n) uint16)."""
+def store_kv(src, cache, cells):
+    """Round rows of src (T, n) to f16 into the cache's cells (T,) (cache: (n_cells, n) uint16)."""
     T, n = src.shape
     for t in range(T):
         for i in range(n):
-            cache[pos0 + t, i] = f32_to_f16(src[t, i])
+            cache[cells[t], i] = f32_to_f16(src[t, i])
+
+
+@njit(cache=True, inline="always")
+def sees(kp, p, n_swa, causal):
+    """Whether a query at position p attends to a cell holding position kp (-1: empty), as
+    llama.cpp's KV mask has it: same sequence, not in the future when causal, and inside the
+    sliding window (a key at distance n_swa or more is masked) when n_swa > 0."""
+    return kp >= 0 and (not causal or kp <= p) and (n_swa <= 0 or p - kp < n_swa)
+
+
+@njit(cache=True, inline="always")
+def cells_used(kpos):
+    """llama_kv_cells::used_max_p1: one past the last occupied cell."""
+    n = kpos.shape[0]
+    while n > 0 and kpos[n - 1] < 0:
+        n -= 1
+    return n
 
 
 _f16_dot = f16_dot_lanes(F16_LANES)
@@ -65,27 +82,30 @@ def _reduce16(a):
 
 
 @njit(cache=True, boundscheck=False)
-def attention(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-              scale, softcap, n_swa, out, n_threads=1):
-    """Causal flash attention of T queries at positions pos0.. over the f16 cache.
+def attention(q, qpos, kcache, vcache, kpos, n_head, n_head_kv, head_dim, head_dim_v,
+              scale, softcap, n_swa, causal, out, n_threads=1):
+    """Flash attention of T queries at positions qpos (T,) over an f16 cache of cells.
 
-    q: (T, n_head*head_dim) f32; kcache: (n_ctx, n_head_kv*head_dim) u16;
-    vcache: (n_ctx, n_head_kv*head_dim_v) u16; out: (T, n_head*head_dim_v).
-    n_swa > 0 masks keys at distance >= n_swa (sliding window). As in ggml, batches below
-    FA_TILE_Q queries take the one-chunk path (f16 queries, V accumulated in f16), larger
-    ones the tiled path (f32 throughout); a single query over a padded cache of 512 cells or
-    more takes the split-KV path (one chunk of keys per thread, partials reduced: n_threads
-    is llama.cpp's thread count, which shapes the result there).
+    q: (T, n_head*head_dim) f32; kcache: (n_cells, n_head_kv*head_dim) u16;
+    vcache: (n_cells, n_head_kv*head_dim_v) u16; kpos (n_cells,): the position each cell holds
+    (-1: empty), in llama.cpp's cell order, which is the order keys are summed in;
+    out: (T, n_head*head_dim_v). A query sees the cells `sees` admits: causal or not (an image's
+    tokens see each other), n_swa > 0 a sliding window. As in ggml, batches below FA_TILE_Q
+    queries take the one-chunk path (f16 queries, V accumulated in f16), larger ones the tiled
+    path (f32 throughout); a single query over a padded cache of 512 cells or more takes the
+    split-KV path (one chunk of cells per thread, partials reduced: n_threads is llama.cpp's
+    thread count, which shapes the result there).
     """
+    n_used = cells_used(kpos)
     if q.shape[0] >= FA_TILE_Q:
-        attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                        scale, softcap, n_swa, out)
-    elif q.shape[0] == 1 and n_kv_cells(kcache.shape[0], pos0 + 1) >= FA_SPLIT_KV:
-        attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                           scale, softcap, n_swa, n_threads, out)
+        attention_tiled(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim,
+                        head_dim_v, scale, softcap, n_swa, causal, out)
+    elif q.shape[0] == 1 and n_kv_cells(kcache.shape[0], n_used) >= FA_SPLIT_KV:
+        attention_split_kv(q, qpos[0], kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim,
+                           head_dim_v, scale, softcap, n_swa, causal, n_threads, out)
     else:
-        attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                            scale, softcap, n_swa, out)
+        attention_one_chunk(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim,
+                            head_dim_v, scale, softcap, n_swa, causal, out)
 
 
 FA_SPLIT_KV = 512   # ggml's use_split_kv_path: one query, nek1 >= 512
@@ -94,20 +114,23 @@ KV_PAD = 256        # llama_kv_cache::get_n_kv pads the cells it shows the graph
 
 @njit(cache=True, inline="always")
 def n_kv_cells(cache_size, n_used):
-    """The nek1 llama.cpp's graph sees: used cells padded to 256, at most the cache size.
-    (Assumes the reference's KV cache has our n_ctx cells, as `verify` runs it.)"""
+    """The nek1 llama.cpp's graph sees (llama_kv_cache::get_n_kv): used cells padded to 256,
+    at most the cache size (n_ctx cells, or the sliding-window layers' smaller ring)."""
     return min(cache_size, max(KV_PAD, (n_used + KV_PAD - 1) // KV_PAD * KV_PAD))
 
 
 @njit(cache=True, boundscheck=False, inline="always")
-def _one_chunk_row(qv, kcache, vcache, koff, voff, j0, j1, head_dim, head_dim_v, scale,
-                   softcap, acc, lanes):
-    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query over keys j0..j1-1:
-    acc (head_dim_v,) gets the f16 accumulator's values (unnormalised); returns (M, S)."""
+def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, head_dim_v, scale,
+                   softcap, n_swa, causal, acc, lanes):
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query at position p over
+    cells j0..j1-1 (masked cells skipped): acc (head_dim_v,) gets the f16 accumulator's
+    values (unnormalised); returns (M, S)."""
     acc[:] = 0.0
     M = np.float32(-np.inf)
     S = np.float32(0.0)
     for j in range(j0, j1):
+        if not sees(kpos[j], p, n_swa, causal):
+            continue
         vrow = vcache[j, voff:voff + head_dim_v]
         s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
         if softcap != 0.0:
@@ -128,9 +151,9 @@ def _one_chunk_row(qv, kcache, vcache, koff, voff, j0, j1, head_dim, head_dim_v,
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
-def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                        scale, softcap, n_swa, out):
-    """ggml's one-chunk flash attention: online softmax key by key, f16 accumulator."""
+def attention_one_chunk(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim,
+                        head_dim_v, scale, softcap, n_swa, causal, out):
+    """ggml's one-chunk flash attention: online softmax cell by cell, f16 accumulator."""
     T = q.shape[0]
     group = n_head // n_head_kv
     if softcap != 0.0:
@@ -138,25 +161,22 @@ def attention_one_chunk(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, he
     for job in prange(T * n_head):
         t = job // n_head
         h = job % n_head
-        p = pos0 + t
-        lo = 0
-        if n_swa > 0 and p - n_swa + 1 > 0:
-            lo = p - n_swa + 1
         qv = np.empty(head_dim, np.float32)
         acc = np.empty(head_dim_v, np.float32)
         lanes = np.empty(F16_LANES, np.float32)
         for d in range(head_dim):
             qv[d] = round_f16(q[t, h * head_dim + d])
-        M, S = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim, (h // group) * head_dim_v,
-                              lo, p + 1, head_dim, head_dim_v, scale, softcap, acc, lanes)
+        M, S = _one_chunk_row(qv, qpos[t], kcache, vcache, kpos, (h // group) * head_dim,
+                              (h // group) * head_dim_v, 0, n_used, head_dim, head_dim_v, scale,
+                              softcap, n_swa, causal, acc, lanes)
         inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
         for d in range(head_dim_v):
             out[t, h * head_dim_v + d] = acc[d] * inv
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
-def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                       scale, softcap, n_swa, n_threads, out):
+def attention_split_kv(q, p, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim, head_dim_v,
+                       scale, softcap, n_swa, causal, n_threads, out):
     """ggml's split-KV decode: the padded cells cut into n_threads chunks, each run as one
     chunk from M = -inf, then the partials merged in chunk order
     (ggml_flash_attn_ext_reduce_partials: V = fma(V, e^(M-M'), Vc*e^(Mc-M')), the same for S).
@@ -164,11 +184,7 @@ def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, hea
     group = n_head // n_head_kv
     if softcap != 0.0:
         scale = scale / softcap
-    p = pos0
-    lo = 0
-    if n_swa > 0 and p - n_swa + 1 > 0:
-        lo = p - n_swa + 1
-    nek1 = n_kv_cells(kcache.shape[0], p + 1)
+    nek1 = n_kv_cells(kcache.shape[0], n_used)
     chunk = (nek1 + n_threads - 1) // n_threads
     for h in prange(n_head):
         qv = np.empty(head_dim, np.float32)
@@ -180,13 +196,13 @@ def attention_split_kv(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, hea
         M = np.float32(-np.inf)
         S = np.float32(0.0)
         for c in range(n_threads):
-            j0 = max(c * chunk, lo)
-            j1 = min(c * chunk + chunk, p + 1)
+            j0 = c * chunk
+            j1 = min(c * chunk + chunk, n_used)
             if j0 >= j1:
-                continue          # every key masked: S = 0, skipped by the reduction
-            Mc, Sc = _one_chunk_row(qv, kcache, vcache, (h // group) * head_dim,
+                continue          # only empty cells: S = 0, skipped by the reduction
+            Mc, Sc = _one_chunk_row(qv, p, kcache, vcache, kpos, (h // group) * head_dim,
                                     (h // group) * head_dim_v, j0, j1, head_dim, head_dim_v,
-                                    scale, softcap, acc, lanes)
+                                    scale, softcap, n_swa, causal, acc, lanes)
             if Sc == 0.0:
                 continue
             m_new = max(M, Mc)
@@ -283,16 +299,17 @@ def _outer(rows, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
-def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_dim_v,
-                    scale, softcap, n_swa, out):
+def attention_tiled(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim, head_dim_v,
+                    scale, softcap, n_swa, causal, out):
     """ggml's tiled flash attention (ggml_compute_forward_flash_attn_ext_tiled): f32 queries;
-    keys in tiles of FA_TILE_KV from position 0; per tile and query row, scores by one fma
+    cells in tiles of FA_TILE_KV from cell 0; per tile and query row, scores by one fma
     chain over head_dim (simd_gemm), scaled, the running max, rescale by expf on a new max,
     probabilities by ggml_v_expf with their sum in double per EXP_LANES lanes
-    (ggml_vec_soft_max_f32), then V accumulated by one fma chain over the tile's keys. Rows
-    are independent; FA_ROWS of one head share each tile's loads."""
+    (ggml_vec_soft_max_f32), then V accumulated by one fma chain over the tile's cells. Rows
+    are independent; FA_ROWS of one head share each tile's loads. A tile no row of the block
+    sees is skipped (ggml skips each row of it)."""
     T = q.shape[0]
-    n_kv = pos0 + T
+    n_kv = n_used
     group = n_head // n_head_kv
     if softcap != 0.0:
         scale = scale / softcap
@@ -321,10 +338,18 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
         M = np.full(FA_ROWS, -np.inf, np.float32)
         S = np.zeros(FA_ROWS, np.float32)
         live = np.zeros(FA_ROWS, np.bool_)
-        lo0 = 0              # the first key any row of the block sees
-        if n_swa > 0:
-            lo0 = max(0, pos0 + t0 - n_swa + 1)
-        for ic in range(lo0 - lo0 % FA_TILE_KV, pos0 + t0 + nr, FA_TILE_KV):
+        for ic in range(0, n_kv, FA_TILE_KV):
+            ic1 = min(ic + FA_TILE_KV, n_kv)
+            seen = False
+            for r in range(nr):
+                for j in range(ic, ic1):
+                    if sees(kpos[j], qpos[t0 + r], n_swa, causal):
+                        seen = True
+                        break
+                if seen:
+                    break
+            if not seen:
+                continue
             kq[:, :] = 0.0
             k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
             # the scores' fma chains run over head_dim in chunks of FA_DC, each chunk against
@@ -337,27 +362,23 @@ def attention_tiled(q, kcache, vcache, pos0, n_head, n_head_kv, head_dim, head_d
                                k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
                                kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
             for r in range(nr):
-                p = pos0 + t0 + r
-                lo = 0
-                if n_swa > 0 and p - n_swa + 1 > 0:
-                    lo = p - n_swa + 1
-                a = max(lo, ic) - ic            # the tile's keys this row sees: a..b-1
-                b = min(p + 1, ic + FA_TILE_KV) - ic
-                live[r] = False                 # all keys masked: ggml skips the row
-                if a >= b:
-                    continue
+                p = qpos[t0 + r]
                 row = kq[r]
-                for tk in range(a):
-                    row[tk] = np.float32(-np.inf)
-                for tk in range(b, FA_TILE_KV):
-                    row[tk] = np.float32(-np.inf)
-                if softcap != 0.0:
-                    for tk in range(a, b):
-                        row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
-                else:
-                    for tk in range(a, b):
-                        row[tk] = row[tk] * np.float32(scale)
-                tile_max = row_max(row, a, b)
+                n_seen = 0
+                for tk in range(FA_TILE_KV):
+                    j = ic + tk
+                    if j < n_kv and sees(kpos[j], p, n_swa, causal):
+                        n_seen += 1
+                        if softcap != 0.0:
+                            row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
+                        else:
+                            row[tk] = row[tk] * np.float32(scale)
+                    else:
+                        row[tk] = np.float32(-np.inf)
+                live[r] = False                 # all cells masked: ggml skips the row
+                if n_seen == 0:
+                    continue
+                tile_max = row_max(row, 0, FA_TILE_KV)
                 live[r] = tile_max != -np.inf
                 if not live[r]:
                     continue

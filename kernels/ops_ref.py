@@ -32,8 +32,9 @@ def silu_ref(x):
     return x / (1 + np.exp(-x))
 
 
-def attention_ref(q, k, v, pos0, n_head, n_head_kv, scale, softcap=0.0, n_swa=0):
-    """q (T, n_head*hd); k, v (n_kv_tokens, n_head_kv*hd) already f16-rounded, float64 math."""
+def attention_ref(q, k, v, pos0, n_head, n_head_kv, scale, softcap=0.0, n_swa=0, causal=True):
+    """q (T, n_head*hd); k, v (n_kv_tokens, n_head_kv*hd) already f16-rounded, float64 math;
+    not causal: every query sees the batch's keys (pos0 + T - 1 and before)."""
     T = q.shape[0]
     hd = q.shape[1] // n_head
     hdv = v.shape[1] // n_head_kv
@@ -42,14 +43,15 @@ def attention_ref(q, k, v, pos0, n_head, n_head_kv, scale, softcap=0.0, n_swa=0)
     for t in range(T):
         p = pos0 + t
         lo = max(0, p - n_swa + 1) if n_swa > 0 else 0
+        hi = p + 1 if causal else pos0 + T
         for h in range(n_head):
             g = h // group
             qh = q[t, h * hd:(h + 1) * hd].astype(np.float64)
-            kh = k[lo:p + 1, g * hd:(g + 1) * hd].astype(np.float64)
+            kh = k[lo:hi, g * hd:(g + 1) * hd].astype(np.float64)
             s = kh @ qh * scale
             if softcap:
                 s = softcap * np.tanh(s / softcap)
             w = np.exp(s - s.max())
             w /= w.sum()
-            out[t, h * hdv:(h + 1) * hdv] = w @ v[lo:p + 1, g * hdv:(g + 1) * hdv].astype(np.float64)
+            out[t, h * hdv:(h + 1) * hdv] = w @ v[lo:hi, g * hdv:(g + 1) * hdv].astype(np.float64)
     return out

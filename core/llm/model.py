@@ -13,6 +13,7 @@ from . import forward as fw
 from .batch import forward_batch
 from .families import family
 from .families.base import UnsupportedModel, build_tables, check_hparams
+from .kvcache import KVCache, new_block, ring_cells, window_intact
 from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
 from ..runtime.threads import (DECODE_LAYERS, prefer_threading_layers, ram_bytes, set_threads,
@@ -154,24 +155,6 @@ def open_runnable(path):
     return g
 
 
-class KVCache:
-    """One sequence's state: f16 keys and values (n_layer, n_ctx, kv_dim) and the tokens fed
-    so far. A Model evaluates into the cache it holds in `model.kv`; a server gives each
-    parallel sequence one of these (Model.new_kvs) over the shared weights and scratch.
-    block, index: the (n_seq, n_layer, n_ctx, kv_dim) arrays this cache is row `index` of,
-    when it was made with others for Model.decode_batch."""
-
-    def __init__(self, kcache, vcache, block=None, index=0):
-        self.kcache, self.vcache = kcache, vcache
-        self.block, self.index = block, index
-        self.n_past = 0
-        self.history = []
-
-    def reset(self):
-        self.n_past = 0
-        self.history = []
-
-
 def _kv_field(name):
     """A Model attribute that reads and writes the cache in force (model.kv)."""
     return property(lambda self: getattr(self.kv, name),
@@ -181,7 +164,6 @@ def _kv_field(name):
 class Model:
     """One GGUF LLM ready to run: `eval(ids)` feeds tokens and returns the last logits."""
 
-    kcache, vcache = _kv_field("kcache"), _kv_field("vcache")
     n_past, history = _kv_field("n_past"), _kv_field("history")
 
     def __init__(self, path, n_ctx=DEFAULT_N_CTX, n_threads=None, n_batch=DEFAULT_N_BATCH,
@@ -194,7 +176,7 @@ class Model:
         self.family = family(self.gguf.architecture)
         self.hparams, self.flags, self.tables = self._describe()
         self.tokenizer = self._tokenizer()
-        self.n_vocab = int(self.tables.hp[fw.H_N_VOCAB])
+        self.n_vocab = self.tables.shape.n_vocab
         if self.tokenizer.n_vocab > self.n_vocab:
             raise UnsupportedModel(f"{self.path}: the vocabulary has {self.tokenizer.n_vocab} "
                                    f"tokens but the output matrix only {self.n_vocab} rows; the "
@@ -210,7 +192,9 @@ class Model:
                               f"{self.kv_cache_bytes() / 2**30:.1f} GiB of KV cache, more than this "
                               f"machine's {ram_bytes() / 2**30:.1f} GiB of RAM: lower -c.")
         self._alloc()
-        self.gelu_tab = ops.gelu_table()
+        t = self.tables
+        self.net = fw.net_of(self.gguf.data, t.wtab, self.cbuf, self.ctab, t.fbuf, t.ftab, t.shape,
+                             t.layer_swa, t.layer_freq_base, ops.gelu_table())
         self.timings = Timings(load_s=time.perf_counter() - t0)
 
     def _describe(self):
@@ -219,11 +203,19 @@ class Model:
     def _tokenizer(self):
         return tokenizer_of(self.gguf)
 
+    def _kv_layout(self, n_ctx=None):
+        """(n_ctx, ring cells, global layers, window layers): the sliding-window layers keep a
+        ring of the window plus a batch (kvcache.ring_cells) where the model has them."""
+        n_ctx = self.n_ctx if n_ctx is None else n_ctx
+        n_window = int(self.tables.layer_swa.sum()) if self.hparams.n_swa > 0 else 0
+        n_ring = ring_cells(n_ctx, self.hparams.n_swa, self.n_batch) if n_window else 0
+        return n_ctx, n_ring, self.hparams.n_layer - n_window, n_window
+
     def kv_cache_bytes(self, n_ctx=None):
         """Bytes of the f16 keys and values for n_ctx tokens (default: this model's n_ctx)."""
         hp = self.hparams
-        n_ctx = self.n_ctx if n_ctx is None else n_ctx
-        return 2 * hp.n_layer * n_ctx * hp.n_head_kv * (hp.head_dim + hp.head_dim_v)
+        n_ctx, n_ring, n_global, n_window = self._kv_layout(n_ctx)
+        return 2 * (n_global * n_ctx + n_window * n_ring) * hp.n_head_kv * (hp.head_dim + hp.head_dim_v)
 
     def _alloc(self):
         hp = self.hparams
@@ -234,12 +226,14 @@ class Model:
         wide = max(2 * hp.n_ff, hp.n_head * hp.head_dim + hp.n_head_kv * (hp.head_dim + hp.head_dim_v))
         widths = (hp.n_embd, hp.n_embd, hp.n_head * hp.head_dim, kv_dim, kv_dim_v,
                   hp.n_head * hp.head_dim_v, hp.n_embd, wide, hp.n_ff, wide)
-        self.scratch = tuple(np.zeros(B * w, np.float32) for w in widths)
+        self.scratch = fw.Scratch(*(np.zeros(B * w, np.float32) for w in widths))
         cmax = max(hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v, 256)
-        self.acts = (np.zeros(B * cmax, np.int8), np.zeros(B * cmax // 32 + 1, np.float32),
-                     np.zeros(B * cmax // 16 + 1, np.float32), np.zeros(B * cmax, np.float32))
+        self.acts = fw.Acts(np.zeros(B * cmax, np.int8), np.zeros(B * cmax // 32 + 1, np.float32),
+                            np.zeros(B * cmax // 16 + 1, np.float32), np.zeros(B * cmax, np.float32))
         self.logits = np.zeros((B, self.n_vocab), np.float32)
         self._no_trace = np.zeros((0, 0, 0, 0), np.float32)
+        self._no_embd = np.zeros((0, hp.n_embd), np.float32)
+        self._no_tokens = np.zeros(0, np.int64)
 
     def new_kv(self):
         """A fresh KV cache of this model's shape; `model.kv = cache` makes eval use it."""
@@ -248,10 +242,8 @@ class Model:
     def new_kvs(self, n):
         """n fresh KV caches in one block, so decode_batch can step them together."""
         hp = self.hparams
-        keys = np.zeros((n, hp.n_layer, self.n_ctx, hp.n_head_kv * hp.head_dim), np.uint16)
-        values = np.zeros((n, hp.n_layer, self.n_ctx, hp.n_head_kv * hp.head_dim_v), np.uint16)
-        block = (keys, values)
-        return [KVCache(keys[i], values[i], block, i) for i in range(n)]
+        block = new_block(n, *self._kv_layout(), hp.n_head_kv * hp.head_dim, hp.n_head_kv * hp.head_dim_v)
+        return [KVCache(block, i) for i in range(n)]
 
     # -- the verbs -----------------------------------------------------------------------------
 
@@ -259,9 +251,12 @@ class Model:
         self.rewind(0)
 
     def rewind(self, n_keep):
-        """Keep the first n_keep tokens of the KV cache; the next eval writes after them."""
-        self.n_past = n_keep
-        self.history = self.history[:n_keep]
+        """Keep the first n_keep tokens of the KV cache; the next eval writes after them. Where
+        the sliding-window ring no longer holds the keys the next position sees, nothing is
+        kept (n_past 0: the caller feeds the prompt again, as llama-server does)."""
+        if not window_intact(self.kv.arrays.pos_swa, n_keep, self.hparams.n_swa):
+            n_keep = 0
+        self.kv.forget(n_keep)
 
     def check_fits(self, n_tokens):
         if self.n_past + n_tokens > self.n_ctx:
@@ -291,13 +286,10 @@ class Model:
         for cache in caches:
             if cache.block is not caches[0].block or cache.n_past + 1 > self.n_ctx:
                 raise ContextFull(f"a sequence is full at {self.n_ctx} tokens, or not of this block.")
-        keys, values = caches[0].block
         positions = np.array([c.n_past for c in caches], np.int64)
         slots = np.array([c.index for c in caches], np.int64)
-        t = self.tables
-        forward_batch(ids, positions, slots, self.gguf.data, t.wtab, self.cbuf, self.ctab, t.fbuf,
-                      t.ftab, t.hp, t.hpf, t.layer_swa, t.layer_freq_base, keys, values,
-                      self.scratch, self.acts, self.gelu_tab, self.logits, self.n_threads)
+        forward_batch(ids, positions, slots, self.net, caches[0].block, self.scratch, self.acts,
+                      self.logits, self.n_threads)
         for cache, token in zip(caches, ids):
             cache.n_past += 1
             cache.history.append(int(token))
@@ -313,7 +305,7 @@ class Model:
             chunk = ids[start:start + self.n_batch]
             self._forward(chunk, chunk.size, self._no_trace)
             # the forward leaves the normed rows it multiplied by the output matrix in scratch[1]
-            rows.append(self.scratch[1][:chunk.size * n_embd].reshape(chunk.size, n_embd).copy())
+            rows.append(self.scratch.xn[:chunk.size * n_embd].reshape(chunk.size, n_embd).copy())
         self.history.extend(int(i) for i in ids)
         return np.concatenate(rows)
 
@@ -330,13 +322,29 @@ class Model:
             raise ValueError(f"token id out of range for a vocabulary of {self.n_vocab}.")
         return ids
 
-    def _forward(self, chunk, n_out, trace):
+    def eval_embd(self, embd, causal=True):
+        """Feed rows of input embeddings (T, n_embd) at the current position (an image's, from
+        a projector), as llama.cpp's embd batches: not scaled by the family's embedding scale;
+        causal=False lets the rows attend to each other both ways (gemma3's images), and then
+        they must fit one batch. Returns the logits of the last row."""
+        embd = np.ascontiguousarray(embd, np.float32)
+        if embd.ndim != 2 or embd.shape[1] != self.hparams.n_embd or embd.shape[0] == 0:
+            raise ValueError(f"embeddings must be (T, {self.hparams.n_embd}) rows, not {embd.shape}.")
+        if not causal and embd.shape[0] > self.n_batch:
+            raise ValueError(f"{embd.shape[0]} non-causal rows do not fit one batch of {self.n_batch}: "
+                             "raise the batch size.")
+        self.check_fits(embd.shape[0])
+        for start in range(0, embd.shape[0], self.n_batch):
+            self._forward(self._no_tokens, 1, self._no_trace, embd[start:start + self.n_batch], causal)
+        self.history.extend([-1] * embd.shape[0])
+        return self.logits[0].copy()
+
+    def _forward(self, chunk, n_out, trace, embd=None, causal=True):
         first = self.n_past == 0 and not self.history
-        t = self.tables
-        fw.forward(chunk, self.n_past, self.gguf.data, t.wtab, self.cbuf, self.ctab, t.fbuf, t.ftab, t.hp, t.hpf,
-                   t.layer_swa, t.layer_freq_base, self.kcache, self.vcache, self.scratch,
-                   self.acts, self.gelu_tab, n_out, self.logits, trace, self.n_threads)
-        self.n_past += chunk.size
+        embd = self._no_embd if embd is None else embd
+        fw.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch, self.acts,
+                   n_out, self.logits, trace, self.n_threads)
+        self.n_past += max(chunk.size, embd.shape[0])
         if self._compiled is not None:
             self._compiled()
             self._compiled = None

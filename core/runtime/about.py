@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .threads import DECODE_LAYERS
 
-DISTRIBUTION = "dasllama"
+DISTRIBUTION = "dasllama-toolkit"     # the PyPI name (`dasllama` there is another product)
 
 
 def version():

@@ -64,6 +64,48 @@ print(time.perf_counter() - t0)
 """.replace("_piper_config()", "__import__('piper').SynthesisConfig(noise_w_scale=0.0)")
 
 
+_COLD_KOKORO = """
+import sys, time
+t0 = time.perf_counter()
+from dasllama.core.tools.bench_tts import load_kokoro_onnx, kokoro_onnx_stream
+voice = load_kokoro_onnx(sys.argv[1], int(sys.argv[2]))
+kokoro_onnx_stream(voice, sys.argv[3])
+print(time.perf_counter() - t0)
+"""
+
+
+class KokoroOnnxVoice:
+    """kokoro-onnx's Kokoro on the same .onnx and voice pack, its session held to n_threads."""
+
+    def __init__(self, kokoro, voice_name):
+        from types import SimpleNamespace
+        self.kokoro, self.voice_name = kokoro, voice_name
+        self.config = SimpleNamespace(sample_rate=24000)
+
+
+def load_kokoro_onnx(path, n_threads):
+    import onnxruntime
+    from kokoro_onnx import Kokoro
+    from ..tts.kokoro import _beside
+    from pathlib import Path
+    path = Path(path)
+    voices = _beside(path, [f"{path.stem}.voices.npz", "voices*.npz", "voices*.bin"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = n_threads
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(path), sess_options=options,
+                                           providers=["CPUExecutionProvider"])
+    kokoro = Kokoro.from_session(session, str(voices))
+    return KokoroOnnxVoice(kokoro, sorted(kokoro.get_voices())[0])
+
+
+def kokoro_onnx_stream(voice, text):
+    """kokoro-onnx speaking `text` sentence by sentence (its espeak phonemes), as ours streams."""
+    import re
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+    return _stream(voice.kokoro.create(s, voice=voice.voice_name, lang="en-us")[0] for s in sentences)
+
+
 def load_piper(path, n_threads):
     """piper-tts's PiperVoice on `path` with onnxruntime held to n_threads (piper's own load
     leaves the session at onnxruntime's default, every core)."""
@@ -81,9 +123,10 @@ def load_piper(path, n_threads):
     return voice
 
 
-def reference_versions():
+def reference_versions(ref="piper"):
     from importlib.metadata import version
-    return {"piper-tts": version("piper-tts"), "onnxruntime": version("onnxruntime")}
+    name = "kokoro-onnx" if ref == "kokoro-onnx" else "piper-tts"
+    return {name: version(name), "onnxruntime": version("onnxruntime")}
 
 
 def _stream(chunks):
@@ -107,7 +150,7 @@ def piper_stream(voice, text):
 
 def cold_start_s(engine, voice_path, n_threads, text):
     """Wall seconds of a fresh process: interpreter, import, load the voice, the first sentence."""
-    code = _COLD_OURS if engine == "dasllama" else _COLD_PIPER
+    code = {"dasllama": _COLD_OURS, "kokoro-onnx": _COLD_KOKORO}.get(engine, _COLD_PIPER)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code, os.fspath(voice_path), str(n_threads), text],
                    check=True, capture_output=True)
@@ -133,6 +176,8 @@ def run_tts_bench(voice_path, n_threads, n_sentences, reps, build, ref=None, col
     engines = {"dasllama": (load_voice, ours_stream, {"dasllama": build["commit"]})}
     if ref == "piper":
         engines["piper-tts"] = (load_piper, piper_stream, reference_versions())
+    elif ref == "kokoro-onnx":
+        engines["kokoro-onnx"] = (load_kokoro_onnx, kokoro_onnx_stream, reference_versions(ref))
     records, voices = {}, {}
     for engine, (load, stream, versions) in engines.items():
         record = tts_record(engine, voice_path, n_threads, n_sentences,
@@ -165,7 +210,7 @@ def run_tts_bench(voice_path, n_threads, n_sentences, reps, build, ref=None, col
             record["first_audio_ns"].append(firsts[-1])
             got[engine] = (firsts[-1] / 1e9, record["samples_ns"][-1] / 1e9)
         if on_sample:
-            on_sample(rep, got["dasllama"], got.get("piper-tts"))
+            on_sample(rep, got["dasllama"], got.get("piper-tts") or got.get("kokoro-onnx"))
     out = [_finish(r) for r in records.values()]
     if ref:
         out[0]["ratio"] = out[1]["avg_ns"] / out[0]["avg_ns"]

@@ -87,6 +87,9 @@ def open_llama(req, cb_eval=None, pooling=None):
         sys.exit(f"llama.cpp could not load {req['model']}")
     cp = L.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch = req["n_ctx"], 512, 512
+    # the library's default is a full-size sliding-window cache, its tools' (common_params) a ring
+    # of the window plus a batch: run as the tools do, which is how users meet it
+    cp.swa_full = False
     cp.n_threads = cp.n_threads_batch = req["n_threads"]
     if cb_eval is not None:
         callback = L.ggml_backend_sched_eval_callback(cb_eval)

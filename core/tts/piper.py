@@ -103,8 +103,10 @@ class PiperVoice:
                                   self.speaker_id(speaker), seed, self.pool, self.n_threads)
 
 
-def load_voice(path, n_threads=None):
-    """Load `voice.onnx` and the `voice.onnx.json` beside it; n_threads: threads (default: all cores)."""
+def load_voice(path, n_threads=None, voices_path=None):
+    """Load `voice.onnx` and the `voice.onnx.json` beside it; n_threads: threads (default: all
+    cores). A StyleTTS2 graph (Kokoro, Kitten TTS) loads as a KokoroVoice, its voice pack
+    beside it or at voices_path."""
     path = Path(path)
     if path.suffix == ".json" and path.with_suffix("").suffix == ".onnx":
         path = path.with_suffix("")
@@ -115,6 +117,12 @@ def load_voice(path, n_threads=None):
         model = onnx_file.read(path)
     except onnx_file.OnnxError as e:
         raise VoiceError(f"{e} A Piper voice is an .onnx file with its .onnx.json beside it.") from None
+    from .kokoro import KokoroError, is_kokoro, load_kokoro
+    if is_kokoro(model):
+        try:
+            return load_kokoro(path, model, voices_path, n_threads)
+        except KokoroError as e:
+            raise VoiceError(str(e)) from None
     try:
         net = Vits(model)
     except VitsError as e:

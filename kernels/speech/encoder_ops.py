@@ -1,5 +1,5 @@
-"""Element-wise steps of a Whisper-style encoder, in place over rows: layer norm, bias +
-tanh-GELU and the softmax of attention scores. numpy takes five to eight passes over a (T, n)
+"""The steps of a Whisper-style or ViT encoder (Whisper's, SigLIP's), in place over rows: layer
+norm, bias + tanh-GELU, the softmax of attention scores, and the non-causal attention in tiles. numpy takes five to eight passes over a (T, n)
 activation for each; these take one or two. They run on the calling thread without the GIL,
 so the caller shares rows out over its own threads: the encoder's pool, which runs its BLAS
 too, so numba's workers stay out of the encoder (see core.runtime.threads.DECODE_LAYERS). Their exp is
@@ -133,3 +133,38 @@ def layer_norm_ref(x, w, b, eps):
     x = x.astype(np.float64)
     xc = x - x.mean(-1, keepdims=True)
     return (xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps) * w + b).astype(np.float32)
+
+
+def encoder_attention(qkv_t, n_head, pool=None, q_chunk=256):
+    """Non-causal multi-head softmax(q k^T) v on transposed projections, q scaled already.
+
+    qkv_t (3 n, T): rows q | k | v, each n = n_head * d rows, head h at rows h*d:(h+1)*d;
+    returns o (T, n). Every operand is a contiguous block or its transpose, so BLAS reads
+    them in place. The work goes in tiles of (head, q_chunk queries), each with
+    single-threaded BLAS, on `pool` (anything with map: a RowPool, a ThreadPoolExecutor) when given: a tile's scores (q_chunk, T) stay in cache,
+    and many small tiles keep both threads busy when a core is shared (a thread per head
+    would wait for the slowest).
+    """
+    n3, T = qkv_t.shape
+    n = n3 // 3
+    d = n // n_head
+    out = np.empty((T, n), np.float32)
+
+    def tile(job):
+        h, t0 = job
+        t1 = min(T, t0 + q_chunk)
+        q_t, k_t, v_t = (qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3))
+        s = q_t[:, t0:t1].T @ k_t                                            # (tc, T)
+        sums = np.empty(t1 - t0, np.float32)
+        softmax_rows(s, sums)
+        o = s @ v_t.T                                                        # (tc, d)
+        o /= sums[:, None]
+        out[t0:t1, h * d:(h + 1) * d] = o
+
+    jobs = [(h, t0) for h in range(n_head) for t0 in range(0, T, q_chunk)]
+    if pool is None:
+        for job in jobs:
+            tile(job)
+    else:
+        list(pool.map(tile, jobs))
+    return out

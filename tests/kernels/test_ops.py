@@ -137,15 +137,49 @@ def test_attention(T, pos0, n_swa, softcap):
     v = rng.standard_normal((n, n_head_kv * hd)).astype(np.float32)
     kc = np.zeros((n + 4, n_head_kv * hd), np.uint16)
     vc = np.zeros_like(kc)
-    attn.store_kv(k, kc, 0)
-    attn.store_kv(v, vc, 0)
+    attn.store_kv(k, kc, np.arange(n))
+    attn.store_kv(v, vc, np.arange(n))
     np.testing.assert_array_equal(kc[:n], k.astype(np.float16).view(np.uint16))
     out = np.empty((T, n_head * hd), np.float32)
     scale = 1 / np.sqrt(hd)
-    attn.attention(q, kc, vc, pos0, n_head, n_head_kv, hd, hd, scale, softcap, n_swa, out)
+    kpos = np.full(n + 4, -1, np.int64)
+    kpos[:n] = np.arange(n)
+    attn.attention(q, pos0 + np.arange(T), kc, vc, kpos, n_head, n_head_kv, hd, hd, scale, softcap,
+                   n_swa, True, out)
     ref = attention_ref(q, k.astype(np.float16), v.astype(np.float16), pos0, n_head, n_head_kv,
                         scale, softcap, n_swa)
     # f16 queries and the f16 accumulator of ggml's one-chunk path cost ~1e-6 NMSE
+    assert nmse(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("T, pos0, n_swa, causal", [
+    (1, 600, 0, True),      # decode over a wrapped cache: split-KV over cells in ring order
+    (5, 90, 32, True),      # one-chunk path, sliding window over a ring
+    (70, 60, 48, True),     # tiled path over a ring
+    (70, 10, 0, False),     # tiled, not causal (an image's tokens see each other)
+    (6, 3, 0, False),       # one-chunk, not causal
+])
+def test_attention_over_cells_in_any_order(T, pos0, n_swa, causal):
+    # keys live in cells in llama.cpp's order, not position order, with empty cells between:
+    # the result is the attention over the positions the mask admits, whatever the cells
+    n_head, n_head_kv, hd = 4, 2, 64
+    n = pos0 + T
+    n_cells = n + 40
+    q = rng.standard_normal((T, n_head * hd)).astype(np.float32)
+    k = rng.standard_normal((n, n_head_kv * hd)).astype(np.float32)
+    v = rng.standard_normal((n, n_head_kv * hd)).astype(np.float32)
+    cells = rng.permutation(n_cells)[:n]
+    kc = np.zeros((n_cells, n_head_kv * hd), np.uint16)
+    vc = np.zeros_like(kc)
+    attn.store_kv(k, kc, cells)
+    attn.store_kv(v, vc, cells)
+    kpos = np.full(n_cells, -1, np.int64)
+    kpos[cells] = np.arange(n)
+    out = np.empty((T, n_head * hd), np.float32)
+    attn.attention(q, pos0 + np.arange(T), kc, vc, kpos, n_head, n_head_kv, hd, hd, 0.125, 0.0,
+                   n_swa, causal, out, 2)
+    ref = attention_ref(q, k.astype(np.float16), v.astype(np.float16), pos0, n_head, n_head_kv,
+                        0.125, 0.0, n_swa, causal)
     assert nmse(out, ref) < 1e-5
 
 
@@ -157,11 +191,12 @@ def test_tiled_attention_rows_do_not_depend_on_their_block(n_swa):
     q = rng.standard_normal((T, n_head * hd)).astype(np.float32)
     kc = np.zeros((T, n_head_kv * hd), np.uint16)
     vc = np.zeros_like(kc)
-    attn.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), kc, 0)
-    attn.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), vc, 0)
+    attn.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), kc, np.arange(T))
+    attn.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), vc, np.arange(T))
     whole = np.empty((T, n_head * hd), np.float32)
-    attn.attention(q, kc, vc, 0, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, whole)
+    pos = np.arange(T)
+    attn.attention(q, pos, kc, vc, pos, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, True, whole)
     part = np.empty((T - skip, n_head * hd), np.float32)
     assert T - skip >= attn.FA_TILE_Q and skip % attn.FA_ROWS
-    attn.attention(q[skip:], kc, vc, skip, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, part)
+    attn.attention(q[skip:], pos[skip:], kc, vc, pos, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, True, part)
     np.testing.assert_array_equal(part.view(np.uint32), whole[skip:].view(np.uint32))

@@ -146,8 +146,7 @@ class Tables:
     wtab: np.ndarray
     fbuf: np.ndarray
     ftab: np.ndarray
-    hp: np.ndarray
-    hpf: np.ndarray
+    shape: "fw.Shape"
     layer_swa: np.ndarray
     layer_freq_base: np.ndarray
     qtypes: set
@@ -244,21 +243,15 @@ def build_tables(g, hp: Hparams, flags: Flags, supported_qtypes):
     if int(wtab[L, fw.W_EMBD, 2]) < n_vocab:
         raise UnsupportedModel(f"{g.path}: token_embd.weight has fewer rows than the output "
                                f"matrix's {n_vocab}; the file is corrupt.")
-    hpi = np.zeros(fw.N_HP, np.int64)
-    hpi[fw.H_N_LAYER], hpi[fw.H_N_EMBD] = L, hp.n_embd
-    hpi[fw.H_N_HEAD], hpi[fw.H_N_HEAD_KV] = hp.n_head, hp.n_head_kv
-    hpi[fw.H_HEAD_DIM], hpi[fw.H_HEAD_DIM_V] = hp.head_dim, hp.head_dim_v
-    hpi[fw.H_N_FF], hpi[fw.H_N_VOCAB] = hp.n_ff, n_vocab
-    hpi[fw.H_N_ROT], hpi[fw.H_ROPE_MODE] = hp.n_rot, flags.rope_mode
-    hpi[fw.H_ACT], hpi[fw.H_N_SWA] = flags.act, hp.n_swa
-    hpf = np.zeros(fw.N_HPF, np.float64)
-    hpf[fw.HF_EPS] = np.float32(hp.eps)
-    hpf[fw.HF_EMBD_SCALE] = np.float32(flags.embd_scale)
-    hpf[fw.HF_Q_SCALE] = np.float32(flags.q_scale)
-    hpf[fw.HF_KQ_SCALE] = np.float32(flags.kq_scale or 1.0 / math.sqrt(hp.head_dim))
-    hpf[fw.HF_ATTN_SOFTCAP] = np.float32(hp.attn_softcap)
-    hpf[fw.HF_FINAL_SOFTCAP] = np.float32(hp.final_softcap)
+    f32 = lambda v: float(np.float32(v))      # noqa: E731 - the forward computes in f32
+    shape = fw.Shape(n_layer=L, n_embd=hp.n_embd, n_head=hp.n_head, n_head_kv=hp.n_head_kv,
+                     head_dim=hp.head_dim, head_dim_v=hp.head_dim_v, n_ff=hp.n_ff, n_vocab=n_vocab,
+                     n_rot=hp.n_rot, rope_mode=flags.rope_mode, act=flags.act, n_swa=hp.n_swa,
+                     eps=f32(hp.eps), embd_scale=f32(flags.embd_scale), q_scale=f32(flags.q_scale),
+                     kq_scale=f32(flags.kq_scale or 1.0 / math.sqrt(hp.head_dim)),
+                     attn_softcap=f32(hp.attn_softcap), final_softcap=f32(hp.final_softcap))
+    shape = fw.Shape(*(int(v) for v in shape[:12]), *shape[12:])   # one numba type for every model
     swa = np.array(hp.swa_layers or (False,) * L, np.bool_)
     bases = np.array([hp.freq_base_swa if s else hp.freq_base for s in swa], np.float32)
     fbuf = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
-    return Tables(wtab, fbuf, ftab, hpi, hpf, swa, bases, qtypes)
+    return Tables(wtab, fbuf, ftab, shape, swa, bases, qtypes)

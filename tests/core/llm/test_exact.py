@@ -74,3 +74,23 @@ def test_split_kv_decode_logits_are_bit_identical(ref):
     for step, (tok, top) in enumerate(zip(run.ids, run.top)):
         assert [float(logits[i]) for i, _ in top] == [v for _, v in top], f"step {step}"
         logits = model.eval([tok])
+
+
+def test_sliding_window_ring_logits_are_bit_identical(ref):
+    """Gemma 3's window layers keep, as llama.cpp's tools do, a ring of 1024 cells (window 512
+    plus a batch) that a 1100-token prompt wraps: the prompt's third batch and every decode
+    after it sum keys in ring order over a 1024-cell cache while the global layers see 1280
+    cells. The logits of every greedy step equal llama.cpp's at its default 4096 cells."""
+    try:
+        path = assets.gemma3_q4km()
+    except assets.AssetUnavailable as e:
+        pytest.skip(str(e))
+    model = load(path, n_ctx=4096, n_threads=2)
+    prompt = " ".join([LONG] * 11)
+    ids = model.tokenizer.encode(prompt, add_special=True, parse_special=True)
+    assert len(ids) > 1024 + 64, "the prompt must wrap the ring with a tiled batch"
+    (run,) = ref.greedy(path, [prompt], 24, 2, 4096)
+    logits = model.eval(ids)
+    for step, (tok, top) in enumerate(zip(run.ids, run.top)):
+        assert [float(logits[i]) for i, _ in top] == [v for _, v in top], f"step {step}"
+        logits = model.eval([tok])

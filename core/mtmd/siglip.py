@@ -1,0 +1,103 @@
+"""The SigLIP vision tower and the gemma3 projector (llama.cpp's tools/mtmd/models/siglip.cpp):
+patch conv + learned positions, pre-norm ViT blocks (layer norm, non-causal attention, GELU
+MLP), a final layer norm; then a k x k average pool of the patch grid, an RMS norm and the
+input projection to the text model's width.
+
+Every weight product runs on dasllama's matmul kernels in the file's type (F16 or F32), so x
+is rounded as ggml rounds it; the attention products are float32 BLAS tiles on a thread pool,
+as the Whisper encoder's are.
+"""
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from dasllama.kernels.matmul import matmul_f32
+from dasllama.kernels.speech.encoder_ops import bias_gelu, encoder_attention, layer_norm
+from dasllama.kernels.vision import avg_pool_tokens, patch_rows, rms_norm_rows
+
+Q_CHUNK = 256    # queries per attention tile: a tile's scores (256, n_patches) stay in cache
+
+
+class Weight:
+    """A matrix (n_rows, n_cols) in its file type, y = x W^T (+ b) through the matmul kernels."""
+
+    def __init__(self, qtype, rows, bias=None):
+        self.qtype = qtype
+        self.n_rows, self.n_cols = rows.shape
+        self.raw = np.ascontiguousarray(rows).reshape(-1).view(np.uint8)
+        self.bias = bias
+
+    def __call__(self, x):                                   # (T, n_cols) -> (T, n_rows)
+        y = matmul_f32(self.qtype, self.raw, self.n_rows, self.n_cols, x)
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+
+class Layer:
+    def __init__(self, mm, il):
+        p = f"v.blk.{il}."
+        (qt, q), (_, k), (_, v) = (mm.matrix(p + f"attn_{n}.weight") for n in "qkv")
+        bias = np.concatenate([mm.f32(p + f"attn_{n}.bias") for n in "qkv"])
+        self.qkv = Weight(qt, np.concatenate([q, k, v]), bias)   # one product for q | k | v
+        self.out = Weight(*mm.matrix(p + "attn_out.weight"), mm.f32(p + "attn_out.bias"))
+        self.up = Weight(*mm.matrix(p + "ffn_up.weight"))
+        self.up_bias = mm.f32(p + "ffn_up.bias")
+        self.down = Weight(*mm.matrix(p + "ffn_down.weight"), mm.f32(p + "ffn_down.bias"))
+        self.ln1 = mm.f32(p + "ln1.weight"), mm.f32(p + "ln1.bias")
+        self.ln2 = mm.f32(p + "ln2.weight"), mm.f32(p + "ln2.bias")
+
+
+class Gemma3Tower:
+    """SigLIP + the gemma3 projector from an open Mmproj: `encode(image) -> (n_tokens, n_embd_text)`."""
+
+    def __init__(self, mm, n_threads=None):
+        hp = self.hparams = mm.hparams
+        patch = mm.f32("v.patch_embd.weight")                     # (n_embd, 3, p, p)
+        self.patch = Weight(mm.file.tensors["v.patch_embd.weight"].qtype,
+                            patch.reshape(hp.n_embd, -1), mm.f32("v.patch_embd.bias"))
+        self.pos = mm.f32("v.position_embd.weight")               # (n_patches, n_embd)
+        self.layers = [Layer(mm, il) for il in range(hp.n_layer)]
+        self.post_ln = mm.f32("v.post_ln.weight"), mm.f32("v.post_ln.bias")
+        self.soft_emb_norm = mm.f32("mm.soft_emb_norm.weight")
+        qt, proj = mm.matrix("mm.input_projection.weight")        # (n_embd, n_embd_text)
+        self.proj = Weight(qt, np.ascontiguousarray(proj.T))       # ggml multiplies its transpose
+        self.n_threads = n_threads or 1
+        self.pool = ThreadPoolExecutor(self.n_threads)
+
+    def encode(self, image):
+        """float32 (3, S, S) from preprocess.gemma3_input -> image embeddings (n_tokens, n_embd_text)."""
+        hp = self.hparams
+        with threadpool_limits(1):        # BLAS runs single-threaded inside the pool's tiles
+            x = self.patch(patch_rows(image, hp.patch_size))
+            x += self.pos
+            for layer in self.layers:
+                x = self._block(layer, x)
+            x = self._layer_norm(x, *self.post_ln)
+        side, k = hp.n_patches_side, hp.n_merge
+        pooled = np.empty(((side // k) ** 2, hp.n_embd), np.float32)
+        avg_pool_tokens(x, side, k, pooled)
+        normed = np.empty_like(pooled)
+        rms_norm_rows(pooled, self.soft_emb_norm, hp.eps, normed)
+        return self.proj(normed)
+
+    def _block(self, layer, x):
+        h = self._layer_norm(x, *layer.ln1)
+        x = x + layer.out(self._attention(layer.qkv(h)))
+        h = self._layer_norm(x, *layer.ln2)
+        f = layer.up(h)
+        bias_gelu(f, layer.up_bias)
+        return x + layer.down(f)
+
+    def _layer_norm(self, x, w, b):
+        out = np.empty_like(x)
+        layer_norm(x, w, b, self.hparams.eps, out)
+        return out
+
+    def _attention(self, qkv):                                # (T, 3 n) -> (T, n)
+        """Non-causal softmax(q k^T / sqrt(d)) v per head, in (head, query chunk) tiles."""
+        n = qkv.shape[1] // 3
+        qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
+        qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
+        return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)

@@ -1,0 +1,90 @@
+"""llama.cpp's libmtmd as a reference: the tower's image embeddings through its C API
+(llama-cpp-python's mtmd_cpp ctypes bindings over lib/libmtmd.so, in a process of its own), and
+llama-mtmd-cli's greedy text for a turn."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Run in the child: load the text model (libmtmd checks the widths against it), give mtmd the
+# pixels we decoded (so JPEG decoders do not differ), encode the one image chunk.
+_CHILD = r"""
+import ctypes, sys, json
+import numpy as np
+import llama_cpp as L
+import llama_cpp.mtmd_cpp as M
+model_path, mmproj, pix_path, n_threads, out_path = sys.argv[1:6]
+L.llama_backend_init()
+mp = L.llama_model_default_params()
+model = L.llama_load_model_from_file(model_path.encode(), mp)
+cp = M.mtmd_context_params_default()
+cp.use_gpu = False
+cp.n_threads = int(n_threads)
+cp.print_timings = False
+cp.warmup = False
+ctx = M.mtmd_init_from_file(mmproj.encode(), model, cp)
+if not ctx:
+    sys.exit("mtmd_init_from_file failed")
+pix = np.load(pix_path)
+h, w, _ = pix.shape
+buf = (ctypes.c_ubyte * pix.size).from_buffer_copy(np.ascontiguousarray(pix).tobytes())
+bmp = M.mtmd_bitmap_init(w, h, buf)
+chunks = M.mtmd_input_chunks_init()
+marker = M.mtmd_default_marker()
+text = M.mtmd_input_text(marker, len(marker), False, True)
+arr = (M.mtmd_bitmap_p_ctypes * 1)(bmp)
+if M.mtmd_tokenize(ctx, chunks, ctypes.byref(text), arr, 1) != 0:
+    sys.exit("mtmd_tokenize failed")
+import time
+for i in range(M.mtmd_input_chunks_size(chunks)):
+    chunk = M.mtmd_input_chunks_get(chunks, i)
+    if M.mtmd_input_chunk_get_type(chunk) == M.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+        n_tok = M.mtmd_input_chunk_get_n_tokens(chunk)
+        t0 = time.perf_counter()
+        if M.mtmd_encode_chunk(ctx, chunk) != 0:
+            sys.exit("mtmd_encode_chunk failed")
+        secs = time.perf_counter() - t0
+        n_embd = L.llama_model_n_embd(model)
+        ptr = M.mtmd_get_output_embd(ctx)
+        embd = np.ctypeslib.as_array(ptr, shape=(n_tok * n_embd,)).reshape(n_tok, n_embd).copy()
+        np.save(out_path, embd)
+        print(json.dumps({"encode_s": secs}))
+        break
+"""
+
+
+def llama_cpp_dir():
+    cache = Path(os.environ.get("DASLLAMA_CACHE") or Path.home() / ".cache" / "dasllama")
+    return cache / "ref" / "llama.cpp-0.3.36"
+
+
+def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
+    """libmtmd's image embeddings (n_tokens, n_embd) for uint8 pixels (H, W, 3), and its
+    encode wall time in seconds."""
+    ref = llama_cpp_dir()
+    workdir = Path(workdir)
+    pix, out = workdir / "pixels.npy", workdir / "ref_embd.npy"
+    np.save(pix, pixels)
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(ref / "lib"), MTMD_CPP_LIB=str(ref / "lib"),
+               PYTHONPATH=str(ref / "python"))
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(mmproj), str(pix), str(n_threads),
+                           str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"libmtmd failed:\n{done.stderr[-3000:]}")
+    return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])["encode_s"]
+
+
+def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0):
+    """llama-mtmd-cli's greedy output for one turn: (stdout text, stderr)."""
+    cli = llama_cpp_dir() / "bin" / "llama-mtmd-cli"
+    cmd = [str(cli), "-m", str(model), "--mmproj", str(mmproj), "-p", prompt, "-n", str(n_predict),
+           "--temp", "0", "-t", str(n_threads), "--seed", str(seed), "--no-warmup"]
+    for image in images:
+        cmd += ["--image", str(image)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"llama-mtmd-cli failed:\n{done.stderr[-3000:]}")
+    return done.stdout, done.stderr

@@ -1,0 +1,119 @@
+"""A Kokoro-82M (StyleTTS2) voice: the ONNX graph run by core/tts/graph.py, its voice pack
+(an .npz of (510, 1, 256) style vectors, one row per phoneme count) and its phoneme vocab
+beside it. Kitten TTS exports share the graph family and load by the same path.
+
+It offers what synth.synthesize reads from a Piper voice (config, phoneme_ids, audio), so
+the text front end, sentence streaming and the CLI are shared; the "speaker" is a voice name.
+"""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dasllama.formats import onnx as onnx_file
+
+from .graph import Graph, GraphError
+
+SAMPLE_RATE = 24000
+INPUTS = ("tokens", "style", "speed")
+
+
+class KokoroError(ValueError):
+    """The Kokoro files are missing or of the wrong kind, or a voice name is unknown."""
+
+
+@dataclass(frozen=True)
+class KokoroConfig:
+    phoneme_id_map: dict                 # phoneme -> id (one code point each)
+    voices: dict = field(default_factory=dict)   # voice name -> (510, 1, 256) float32
+    sample_rate: int = SAMPLE_RATE
+    espeak_voice: str = "en-us"
+    phoneme_type: str = "espeak"
+    length_scale: float = 1.0
+
+
+def is_kokoro(model):
+    """Whether an OnnxModel is a StyleTTS2 export (Kokoro's or Kitten's inputs)."""
+    return set(INPUTS) <= set(model.inputs) or {"input_ids", "style", "speed"} <= set(model.inputs)
+
+
+def _beside(path, patterns):
+    for pattern in patterns:
+        found = sorted(path.parent.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+def _vocab(path):
+    found = _beside(path, [f"{path.stem}.vocab.json", "vocab.json", "config.json"])
+    if found is None:
+        raise KokoroError(f"{path.name} has no phoneme vocab beside it: put Kokoro's config.json "
+                          f"(or {path.stem}.vocab.json) next to it.")
+    data = json.loads(found.read_text(encoding="utf-8"))
+    return {k: int(v) for k, v in data.get("vocab", data).items()}
+
+
+def _voices(path, voices_path):
+    found = Path(voices_path) if voices_path else _beside(
+        path, [f"{path.stem}.voices.npz", "voices*.npz", "voices*.bin"])
+    if found is None or not found.is_file():
+        raise KokoroError(f"{path.name} has no voice pack beside it: pass --voices voices.npz "
+                          f"(or put {path.stem}.voices.npz next to it).")
+    try:
+        with np.load(found) as pack:
+            return {name: np.asarray(pack[name], np.float32) for name in pack.files}
+    except (ValueError, OSError):
+        raise KokoroError(f"{found} is not a Kokoro voice pack (an .npz of style vectors).") from None
+
+
+class KokoroVoice:
+    def __init__(self, path, graph, config, n_threads=None):
+        self.path, self.graph, self.config = Path(path), graph, config
+        self.n_threads = n_threads
+        self.tokens_input = "tokens" if "tokens" in graph.inputs else "input_ids"
+
+    @property
+    def sample_rate(self):
+        return self.config.sample_rate
+
+    def voice_names(self):
+        return sorted(self.config.voices)
+
+    def style(self, name, n_tokens):
+        """The voice's style row for n_tokens phonemes (kokoro-onnx 0.6.1: row n - 1)."""
+        if name is None:
+            name = self.voice_names()[0]
+        if name not in self.config.voices:
+            raise KokoroError(f"{self.path.name} has no voice {name!r}; it has: "
+                              f"{', '.join(self.voice_names()[:20])}.")
+        pack = self.config.voices[name]
+        return pack[min(n_tokens, len(pack)) - 1].reshape(1, -1)
+
+    def phoneme_ids(self, phonemes):
+        """Phonemes -> ids framed by the pad id 0; unknown phonemes dropped (as kokoro-onnx)."""
+        vocab = self.config.phoneme_id_map
+        return [0] + [vocab[p] for p in phonemes if p in vocab] + [0]
+
+    def audio(self, ids, noise_scale=None, length_scale=None, noise_w=None, speaker=None, seed=None):
+        """Phoneme ids (framed) -> float32 waveform at 24 kHz; speaker: a voice name."""
+        speed = 1.0 / (length_scale or 1.0)
+        feeds = {self.tokens_input: np.array([ids], np.int64),
+                 "style": self.style(speaker, len(ids) - 2),
+                 "speed": np.array([speed], np.float32)}
+        return self.graph.run(feeds)[self.graph.outputs[0]].reshape(-1)
+
+
+def load_kokoro(path, model=None, voices_path=None, n_threads=None):
+    """Load a Kokoro (or Kitten TTS) .onnx with its voice pack and vocab beside it."""
+    path = Path(path)
+    model = model or onnx_file.read(path)
+    if not is_kokoro(model):
+        raise KokoroError(f"{path.name} is not a StyleTTS2 (Kokoro / Kitten TTS) graph.")
+    try:
+        graph = Graph(model)
+    except GraphError as e:
+        raise KokoroError(str(e)) from None
+    config = KokoroConfig(_vocab(path), _voices(path, voices_path))
+    return KokoroVoice(path, graph, config, n_threads)

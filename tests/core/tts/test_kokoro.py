@@ -1,0 +1,54 @@
+"""Kokoro-82M int8 (the real file) through speak's path: an unknown voice is one sentence
+naming the voices, and our Whisper (tiny.en) hears our Kokoro speech back as the text."""
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dasllama.core.tts import load_voice, synthesize
+from dasllama_cli.speak import speak_cmd
+from tests import whisper_assets
+from tests.assets import kokoro, or_skip
+
+SENTENCES = ("The train to the city leaves at seven in the morning.",
+             "Please call me when you get home.")
+MAX_WER = 0.05
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return or_skip(kokoro)
+
+
+def test_unknown_voice_is_one_sentence_listing_voices(model_path):
+    result = CliRunner().invoke(speak_cmd, ["-m", str(model_path), "--voice", "af_nobody", "-o", "-", "Hi."])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "no voice 'af_nobody'" in result.output and "jf_alpha" in result.output
+
+
+def _wer(ref, hyp):
+    """Word error rate: word-level edit distance over the reference's length."""
+    words = lambda s: re.findall(r"[a-z0-9']+", s.lower())   # noqa: E731
+    r, h = words(ref), words(hyp)
+    d = np.arange(len(h) + 1)
+    for i, rw in enumerate(r, 1):
+        prev, d[0] = d.copy(), i
+        for j, hw in enumerate(h, 1):
+            d[j] = min(prev[j] + 1, d[j - 1] + 1, prev[j - 1] + (rw != hw))
+    return d[len(h)] / max(len(r), 1)
+
+
+@pytest.mark.slow
+def test_our_whisper_hears_our_kokoro_speech(model_path):
+    import soxr
+    from dasllama.core.asr.decode import transcribe
+    from dasllama.core.asr.model import WhisperModel
+    whisper = WhisperModel(or_skip(whisper_assets.tiny_en))
+    voice = load_voice(model_path)
+    errors = []
+    for text in SENTENCES:
+        rate, samples = next(synthesize(text, voice, speaker="jf_alpha"))
+        heard = transcribe(whisper, soxr.resample(samples, rate, 16000).astype(np.float32)).text
+        errors.append((_wer(text, heard), heard))
+    assert sum(e for e, _ in errors) / len(errors) < MAX_WER, errors

@@ -1,0 +1,192 @@
+"""Random-weight model + mmproj GGUF pairs, written with llama.cpp's converter's tensor names and
+KVs (conversion/gemma.py Gemma3VisionModel, conversion/base.py MmprojModel), which
+llama-mtmd-cli loads: no registry carries real vision-language weights.
+
+    python -m tests.mtmd_pairs gemma3 OUTDIR [--size tiny|real] [--seed N]
+
+prints the model and mmproj paths. `tiny` is a 2-layer 128-wide SigLIP on 224x224 images (16
+image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256 tokens) before
+a small text model, for timing the encoder.
+"""
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
+
+from tests import gguf_factory
+
+PROJECTORS = ("gemma3",)
+
+# Gemma 3's chat template as far as a string-content turn goes (the published one also folds a
+# system turn into the first user turn and renders image items as <start_of_image>).
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+GEMMA3_SPECIALS = ("<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>")
+
+
+@dataclass(frozen=True)
+class Tower:
+    """A SigLIP vision tower's shape (HF SiglipVisionConfig names in comments)."""
+    n_embd: int        # hidden_size
+    n_ff: int          # intermediate_size
+    n_layer: int       # num_hidden_layers
+    n_head: int        # num_attention_heads
+    image_size: int
+    patch_size: int
+    text_embd: int     # the text model's hidden size (the projector's output)
+    text_layers: int
+
+
+SIZES = {
+    "tiny": Tower(128, 256, 2, 4, 224, 14, text_embd=128, text_layers=2),
+    "real": Tower(1152, 4304, 27, 16, 896, 14, text_embd=640, text_layers=2),
+}
+
+
+def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
+    """Write (or reuse) a model + mmproj pair under outdir; returns (model, mmproj) paths."""
+    if projector not in PROJECTORS:
+        raise ValueError(f"unknown projector {projector!r}; supported: {', '.join(PROJECTORS)}")
+    tower = SIZES[size]
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    vocab = _gemma3_vocab(outdir / "gemma3-mtmd-vocab.gguf")
+    n_head = 4
+    model = gguf_factory.write_model(outdir, "gemma3", "F32", n_embd=tower.text_embd,
+                                     n_layer=tower.text_layers, n_head=n_head, n_head_kv=1,
+                                     n_ff=2 * tower.text_embd, seed=seed, vocab_from=vocab)
+    mmproj = outdir / f"mmproj-{projector}-{size}-{wtype}-s{seed}.gguf"
+    if not mmproj.exists():
+        tmp = mmproj.with_suffix(".part")
+        _write_gemma3_mmproj(tmp, tower, seed, wtype)
+        tmp.rename(mmproj)
+    return model, mmproj
+
+
+def _gemma3_vocab(path):
+    """llama.cpp's llama-spm vocab plus Gemma 3's turn and image control tokens and its chat
+    template: a small vocab that tokenizes the prompts llama-mtmd-cli builds."""
+    if path.exists():
+        return path
+    kvs = gguf_factory._tokenizer_kvs(gguf_factory._vocab_path("llama-spm"))
+    writer = gguf.GGUFWriter(str(path.with_suffix(".part")), "llama")
+    keys = gguf.Keys.Tokenizer
+    extra = {keys.LIST: [t.encode() for t in GEMMA3_SPECIALS], keys.SCORES: [0.0] * 4,
+             keys.TOKEN_TYPE: [gguf.TokenType.CONTROL] * 4}
+    for key, (value, vtype, sub_type) in kvs.items():
+        if key in extra:
+            value = list(value) + extra[key]
+        if key != keys.CHAT_TEMPLATE:
+            writer.add_key_value(key, value, vtype, sub_type=sub_type)
+    writer.add_chat_template(GEMMA3_TEMPLATE)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    path.with_suffix(".part").rename(path)
+    return path
+
+
+def _write_gemma3_mmproj(path, tower, seed, wtype):
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_type(gguf.GGUFType.MMPROJ)
+    writer.add_name(f"dasllama random gemma3 mmproj {tower.n_embd}x{tower.n_layer}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if wtype == "F16" else gguf.LlamaFileType.ALL_F32)
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_vision_projection_dim(tower.text_embd)
+    writer.add_vision_image_size(tower.image_size)
+    writer.add_vision_patch_size(tower.patch_size)
+    writer.add_vision_embedding_length(tower.n_embd)
+    writer.add_vision_feed_forward_length(tower.n_ff)
+    writer.add_vision_block_count(tower.n_layer)
+    writer.add_vision_head_count(tower.n_head)
+    writer.add_vision_image_mean([0.5, 0.5, 0.5])   # Gemma 3's preprocessor_config.json
+    writer.add_vision_image_std([0.5, 0.5, 0.5])
+    writer.add_clip_projector_type(gguf.VisionProjectorType.GEMMA3)
+    writer.add_vision_attention_layernorm_eps(1e-6)
+    writer.add_vision_use_gelu(True)
+    # the converter writes the pooling factor only when it is not Gemma 3's 4
+
+    rng = np.random.default_rng(seed + 1)
+    for name, shape, kind in _gemma3_tensors(tower):
+        data = _random(rng, name, shape)
+        if kind == "matrix" and wtype == "F16":
+            data = data.astype(np.float16)
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _gemma3_tensors(tower):
+    """(name, numpy shape, kind) of a gemma3 mmproj; numpy shape is the GGUF ne reversed.
+    kind "embd" stays F32 (the converter forces `.embeddings.` to F32), "vector" too (1-D)."""
+    def name(tensor, bid=None, suffix="weight"):
+        return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
+
+    e, p = tower.n_embd, tower.patch_size
+    n_patches = (tower.image_size // p) ** 2
+    yield name(MODEL_TENSOR.V_ENC_EMBD_PATCH), (e, 3, p, p), "embd"
+    yield name(MODEL_TENSOR.V_ENC_EMBD_PATCH, suffix="bias"), (e,), "vector"
+    yield name(MODEL_TENSOR.V_ENC_EMBD_POS), (n_patches, e), "embd"
+    for bid in range(tower.n_layer):
+        for tensor, shape in ((MODEL_TENSOR.V_ENC_ATTN_Q, (e, e)), (MODEL_TENSOR.V_ENC_ATTN_K, (e, e)),
+                              (MODEL_TENSOR.V_ENC_ATTN_V, (e, e)), (MODEL_TENSOR.V_ENC_ATTN_O, (e, e)),
+                              (MODEL_TENSOR.V_ENC_FFN_UP, (tower.n_ff, e)),
+                              (MODEL_TENSOR.V_ENC_FFN_DOWN, (e, tower.n_ff))):
+            yield name(tensor, bid), shape, "matrix"
+            yield name(tensor, bid, "bias"), shape[:1], "vector"
+        for tensor in (MODEL_TENSOR.V_ENC_INPUT_NORM, MODEL_TENSOR.V_ENC_POST_ATTN_NORM):
+            yield name(tensor, bid), (e,), "vector"
+            yield name(tensor, bid, "bias"), (e,), "vector"
+    yield name(MODEL_TENSOR.V_POST_NORM), (e,), "vector"
+    yield name(MODEL_TENSOR.V_POST_NORM, suffix="bias"), (e,), "vector"
+    yield name(MODEL_TENSOR.V_MM_SOFT_EMB_NORM), (e,), "vector"
+    # HF's mm_input_projection_weight is (vision width, text width), stored untransposed
+    yield name(MODEL_TENSOR.V_MM_INP_PROJ), (e, tower.text_embd), "matrix"
+
+
+def _random(rng, name, shape):
+    """Weights that keep the tower's activations O(1) through every layer norm."""
+    if name.endswith("_norm.weight") or ".ln" in name or "post_ln.weight" in name:
+        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    if name.endswith(".bias"):
+        return rng.normal(0.0, 0.1, shape).astype(np.float32)
+    if "position_embd" in name:
+        return rng.normal(0.0, 0.5, shape).astype(np.float32)
+    fan_in = shape[0] if "input_projection" in name else int(np.prod(shape[1:]))
+    std = 1.0 / np.sqrt(fan_in)
+    return (std * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m tests.mtmd_pairs", description=__doc__.split("\n\n")[0])
+    ap.add_argument("projector", choices=PROJECTORS)
+    ap.add_argument("outdir")
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--wtype", choices=("F16", "F32"), default="F16",
+                    help="type of the tower's matrices (the converter's default is F16)")
+    args = ap.parse_args(argv)
+    model, mmproj = write_pair(args.outdir, args.projector, args.size, args.seed, args.wtype)
+    print(model)
+    print(mmproj)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
