@@ -14,6 +14,7 @@ from pathlib import Path
 import platformdirs
 
 from dasllama.core.tools.receipt import sha256_file
+from dasllama.core.tools.ref_seed import cached_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama"))
@@ -243,14 +244,14 @@ def seed_bench():
     import platform
     if sys.platform != "linux" or platform.machine() != "x86_64":
         raise AssetUnavailable("the seed engine's bundle runs on x86-64 Linux only")
-    sdk = CACHE / "seed" / "dasllama" / "_sdk"
-    exe = sdk / "dasllama-bench.exe"
+    exe = cached_seed()
+    sdk = exe.parent
     if exe.exists():
         return exe
     wheel = _wheel(SEED)
     if _sha256(wheel) != SEED_SHA256:
         raise AssetUnavailable(f"{wheel.name}: sha256 is not the pinned one")
-    tmp = CACHE / "seed" / f"unpack.{os.getpid()}"
+    tmp = sdk.parent.parent / f"unpack.{os.getpid()}"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(tmp, [n for n in z.namelist() if n.startswith("dasllama/_sdk/")])
     for f in (tmp / "dasllama" / "_sdk").iterdir():

@@ -27,14 +27,15 @@ EXE = "dasllama-bench.exe"
 
 
 def how_to_get():
-    return (
-        f"unpack the seed engine's wheel without installing it: `pip download --no-deps dasllama=={SEED_VERSION} "
-    f"-d D && python -m zipfile -e D/dasllama-{SEED_VERSION}-*.whl {cache_dir() / 'seed'} && "
-        f"chmod +x {cache_dir() / 'seed'}/dasllama/_sdk/*.exe`, or pass --seed-bench FILE")
+    """How to put the seed where find_seed looks: one sentence's tail."""
+    root = cache_dir() / "seed"
+    return (f"unpack the seed engine's wheel without installing it: `pip download --no-deps "
+            f"dasllama=={SEED_VERSION} -d D && python -m zipfile -e D/dasllama-{SEED_VERSION}-*.whl {root} && "
+            f"chmod +x {root}/dasllama/_sdk/*.exe`, or pass --seed-bench FILE")
 
 
 def cached_seed():
-    """Where HOW_TO_GET unpacks the seed's dasllama-bench (may not exist)."""
+    """Where how_to_get() unpacks the seed's dasllama-bench (may not exist)."""
     return cache_dir() / "seed" / "dasllama" / "_sdk" / EXE
 
 
@@ -84,16 +85,17 @@ class SeedBench:
 def find_seed(path=None):
     """The seed's dasllama-bench: --seed-bench FILE, else $DASLLAMA_SEED_BENCH, else on PATH,
     else unpacked in dasllama's cache. Raises ReferenceError saying how to get it."""
-    for candidate, origin in ((path, "--seed-bench"), (os.environ.get("DASLLAMA_SEED_BENCH"), "$DASLLAMA_SEED_BENCH"),
-                              (shutil.which("dasllama-bench") or shutil.which(EXE), "PATH"),
-                              (cached_seed(), "dasllama cache")):
-        if not candidate:
-            continue
-        exe = Path(candidate).expanduser()
-        if exe.is_file() and os.access(exe, os.X_OK):
+    given = [(path, "--seed-bench"), (os.environ.get("DASLLAMA_SEED_BENCH"), "$DASLLAMA_SEED_BENCH")]
+    for candidate, origin in given:
+        if candidate:
+            exe = Path(candidate).expanduser()
+            if not (exe.is_file() and os.access(exe, os.X_OK)):
+                raise ReferenceError(f"{exe} (from {origin}) is not an executable {EXE}: {how_to_get()}.")
             return SeedBench(exe.resolve(), origin)
-        if origin != "dasllama cache" and origin != "PATH":
-            raise ReferenceError(f"{exe} (from {origin}) is not an executable {EXE}: {how_to_get()}.")
+    for candidate, origin in ((shutil.which("dasllama-bench") or shutil.which(EXE), "PATH"),
+                              (cached_seed(), "dasllama cache")):
+        if candidate and os.access(candidate, os.X_OK):
+            return SeedBench(Path(candidate).resolve(), origin)
     raise ReferenceError(f"the seed engine is not here: {how_to_get()}.")
 
 
