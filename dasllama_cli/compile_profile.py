@@ -1,8 +1,8 @@
 """Where a cold start's seconds go: run a dasllama command under a numba compile listener and
 print, per compiled function and signature, its own compile seconds (callees' compiles are
-subtracted from their caller's, so the column sums to the total). For issue 25.
+subtracted from their caller's, so the column sums to the total). A developer tool beside the CLI it runs (core never imports the CLI).
 
-    NUMBA_CACHE_DIR=$(mktemp -d) python -m dasllama.core.tools.compile_profile generate -n 64 "Once upon a time"
+    NUMBA_CACHE_DIR=$(mktemp -d) python -m dasllama_cli.compile_profile generate -n 64 "Once upon a time"
 """
 import sys
 import time
