@@ -16,7 +16,7 @@ from dasllama.kernels import actq as A
 from dasllama.kernels import dots as D
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
-from dasllama.kernels import simd, rowgroups
+from dasllama.kernels import cpu, simd, rowgroups
 
 from .blocks import gguf_dequantize, random_weights
 
@@ -96,7 +96,19 @@ def test_every_variant_is_bit_identical_to_the_reference(qtype):
         got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
     for n in (1, 2):  # decode and a short prefill take the T=1 / small-T paths
-        np.testing.assert_array_equal(M.matmul_f32(qtype, w, n_rows, x.shape[1], x[:n]), ref[:n])
+        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x[:n])
+        if not np.array_equal(got, ref[:n]):
+            # what a report from another machine needs: the variant in force, the CPU, the
+            # threading layer, and whether the same call fails again (a race) or always
+            active = {k: v for k, v in M.ACTIVE.items() if k[0] == qtype}
+            again = np.array_equal(M.matmul_f32(qtype, w, n_rows, x.shape[1], x[:n]), ref[:n])
+            direct = np.array_equal(M.matmul_f32(qtype, w, n_rows, x.shape[1], x[:n],
+                                                 variant=active[qtype, "decode" if n == 1 else "prefill"]), ref[:n])
+            info = cpu.probe()
+            pytest.fail(f"matmul's dispatch, {n} token(s), active {active}, cpu {info.model} ({info.cpu_class}), "
+                        f"threading {numba.threading_layer()}: got {got[0, :6]}, want {ref[0, :6]}; "
+                        f"the same call again {'passes' if again else 'fails'}, the variant called directly "
+                        f"{'passes' if direct else 'fails'}")
 
 
 @pytest.mark.parametrize("qtype", [pytest.param(q, id=Q.type_name(q)) for q in (Q.F16, Q.BF16, Q.F32)])
