@@ -70,8 +70,14 @@ def _first_processor(path):
 
 
 def llvm_has(*features):
-    """LLVM's host CPU has every one of `features` (LLVM's names: avx512vnni, avx512bw, ...):
-    the instructions the IR kernels may emit, whatever the OS reports."""
+    """The CPU numba compiles for has every one of `features` (LLVM's names: avx512vnni,
+    avx512bw, ...): the instructions the IR kernels may emit, whatever the OS reports. That is
+    the host's, or what numba's NUMBA_CPU_FEATURES names ("+avx2,-avx512f,..."), which
+    compiles for another CPU (an AVX2 build on an AVX-512 machine: tests of the AVX2 paths)."""
     import llvmlite.binding as llvm
-    have = llvm.get_host_cpu_features()
+    named = os.environ.get("NUMBA_CPU_FEATURES", "")
+    if named:
+        have = {f[1:]: f[0] == "+" for f in named.split(",") if f[:1] in "+-" and len(f) > 1}
+    else:
+        have = llvm.get_host_cpu_features()
     return all(have.get(f, False) for f in features)

@@ -417,3 +417,15 @@ def test_the_kernels_hash_covers_every_format_module(monkeypatch):
     read = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda p: read(p) + (b"#" if p.name == "q4_k.py" else b""))
     assert sidecar.kernel_sources_hash() != before
+
+
+def test_llvm_has_follows_the_features_numba_compiles_for(monkeypatch):
+    # NUMBA_CPU_FEATURES makes numba compile for another CPU: the IR kernels must then choose
+    # their instructions by it, not by the host (an AVX2 build on an AVX-512 machine)
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,+fma,-avx512f,-avx512vnni,+sse4.2")
+    assert cpu.llvm_has("avx2", "fma") and not cpu.llvm_has("avx2", "avx512f")
+    assert not cpu.llvm_has("avx512vnni") and not cpu.llvm_has("amx-int8")
+    monkeypatch.delenv("NUMBA_CPU_FEATURES")
+    import llvmlite.binding as llvm
+    host = llvm.get_host_cpu_features()
+    assert cpu.llvm_has("avx512f") == bool(host.get("avx512f", False))
