@@ -3,9 +3,10 @@
 Importing this package points numba's on-disk cache at dasllama's own cache dir, so compiled
 kernels survive between runs (cold compile is seconds per kernel) without littering
 `__pycache__` in site-packages. numba invalidates a cached function only when its own source
-file changes, not when a kernel it calls does; so the cache lives in a folder named after a
-hash of every compiled source file (kernels/ and core/llm/forward.py, the compiled decode step),
-and an edited or upgraded kernel never runs stale code.
+file changes, not when a function it calls does; so the cache lives in a folder named after a
+hash of every compiled source file (kernels/, and each file of core/ that compiles numba code:
+the decode step in core/llm/forward.py links in core/llm/kvcache.py's cell placement, for
+one), and an edited or upgraded kernel never runs stale code.
 """
 import hashlib
 import importlib.util
@@ -25,7 +26,8 @@ def _source_hash():
                    if f.name not in ("tune.py", "race.py", "sidecar.py", "bench_matmul.py"))
     core = importlib.util.find_spec("dasllama.core")   # the spec only: core's import needs us
     if core is not None and core.submodule_search_locations:
-        files += [Path(p) / "llm" / "forward.py" for p in core.submodule_search_locations]
+        for root in map(Path, core.submodule_search_locations):
+            files += [f for f in sorted(root.rglob("*.py")) if b"njit" in f.read_bytes()]
     for f in files:
         if f.exists():
             h.update(f.name.encode())

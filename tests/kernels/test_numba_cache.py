@@ -78,3 +78,18 @@ def test_numba_own_save_hands_a_closure_another_closures_code(tmp_path):
 
 def test_dasllama_save_keeps_every_closure_its_own_code(tmp_path):
     assert wrong_loads(tmp_path, "dasllama") == []
+
+
+def test_the_cache_folder_changes_with_what_the_decode_step_links_in(monkeypatch):
+    # numba keys a cached function on its own file only: the decode step (core/llm/forward.py)
+    # links in kvcache.place, so an edit there must move the whole cache, as a kernel edit does;
+    # a core file that compiles nothing (the chat template code) must not
+    from pathlib import Path
+    import dasllama.kernels as K
+    before = K._source_hash()
+    read = Path.read_bytes
+    for name, moves in (("kvcache.py", True), ("forward.py", True), ("q4_k.py", True), ("chat.py", False)):
+        monkeypatch.setattr(Path, "read_bytes", lambda p, n=name: read(p) + (b"#" if p.name == n else b""))
+        assert (K._source_hash() != before) == moves, name
+    monkeypatch.setattr(Path, "read_bytes", read)
+    assert K._source_hash() == before
