@@ -14,8 +14,9 @@ class Dasllama < Formula
   depends_on "rust" => :build # llguidance, pydantic-core
   depends_on "certifi"
   depends_on "libsndfile" # soundfile opens it with ctypes
-  # llvmlite builds against Homebrew's LLVM, as homebrew-core's numba users do (LLVM_CONFIG below).
-  depends_on "llvm@20"
+  # llvmlite builds against Homebrew's LLVM, as homebrew-core's numba users do (LLVM_CONFIG
+  # below); llvmlite 0.50 is made for LLVM 22. Pin llvm@N here when Homebrew's llvm moves past it.
+  depends_on "llvm"
   depends_on "numpy"
   depends_on "python@3.12"
 
@@ -230,7 +231,7 @@ class Dasllama < Formula
   # end of resources
 
   def install
-    ENV["LLVM_CONFIG"] = Formula["llvm@20"].opt_bin/"llvm-config"
+    ENV["LLVM_CONFIG"] = Formula["llvm"].opt_bin/"llvm-config"
     if OS.mac?
       ENV.append "CPPFLAGS", "-Xpreprocessor -fopenmp -I#{Formula["libomp"].opt_include}"
       ENV.append "LDFLAGS", "-L#{Formula["libomp"].opt_lib} -lomp"
