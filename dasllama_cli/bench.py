@@ -13,6 +13,7 @@ from dasllama.core.tools.bench_llm import IDLE_WAIT_S, add_bandwidth, run_bench,
 from dasllama.core.tools.receipt import (build_info, build_receipt, physical_cores, probe_hardware,
                                          write_results)
 from dasllama.core.tools.ref_llama import ReferenceError, find_reference
+from dasllama.core.tools.ref_seed import find_seed
 from dasllama.core.asr.model import is_whisper_model
 
 from .bench_asr import bench_asr
@@ -78,14 +79,19 @@ def int_list(ctx, param, value):
               help="Threads for both engines (default: the physical cores, as llama-bench).")
 @click.option("-o", "--output", "fmt", type=click.Choice(["md", "json", "csv", "jsonl"]), default="md",
               show_default=True, help="Output format.")
-@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper", "kokoro-onnx"]), default=None,
-              help="Run llama-bench (for Whisper, whisper.cpp through pywhispercpp; for a Piper "
-                   "voice, piper-tts) on the same weights and threads, interleaved with ours, and "
-                   "add the ratio.")
+@click.option("--ref", "refs", type=click.Choice(["llama.cpp", "seed", "whisper.cpp", "piper", "kokoro-onnx"]),
+              multiple=True,
+              help="Run llama-bench (seed: the seed engine's dasllama-bench, see --seed-bench; for "
+                   "Whisper, whisper.cpp through pywhispercpp; for a voice, piper-tts or kokoro-onnx) "
+                   "on the same weights and threads, interleaved with ours, and add the ratio. A "
+                   "language model takes both: --ref llama.cpp --ref seed.")
 @click.option("--sentences", "n_sentences", default=20, show_default=True, type=click.IntRange(1),
               help="Piper voice: sentences spoken per sample.")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
               help="Dir with llama-bench (default: PATH, then dasllama's cache).")
+@click.option("--seed-bench", type=click.Path(dir_okay=False, exists=True),
+              help="The seed engine's dasllama-bench executable (default: $DASLLAMA_SEED_BENCH, PATH, "
+                   "then unpacked in dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
               help="File for the reference to load instead of -m (Whisper default: -m as a ggml .bin).")
 @click.option("--wait-idle", default=IDLE_WAIT_S, show_default=True, type=FiniteFloat(0),
@@ -103,27 +109,32 @@ def int_list(ctx, param, value):
                    "time to first token (p50, p99).")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 64),
               help="--serve: the clients at once to compare with one.")
-def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, ref, n_sentences, ref_bin,
-              ref_model, wait_idle, receipt_path, language, task, no_timestamps, serve_url, concurrency):
+def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, refs, n_sentences, ref_bin,
+              seed_bench, ref_model, wait_idle, receipt_path, language, task, no_timestamps, serve_url, concurrency):
     """Measure prompt (pp) and generation (tg) speed as llama-bench does; with a Whisper model,
     the wall time and real-time factor of transcribing AUDIO; with a Piper voice (.onnx), of
     speaking N sentences; with --serve, a running server's throughput."""
+    refs = tuple(dict.fromkeys(refs))
+    ref = refs[0] if len(refs) == 1 else None
+    if len(refs) > 1 and set(refs) != {"llama.cpp", "seed"}:
+        raise click.UsageError("only a language model is timed against two references (--ref llama.cpp "
+                               "--ref seed); give one --ref.")
     if serve_url:
         bench_serve(serve_url, n_gen[0] if n_gen else 32, repetitions, concurrency, fmt)
         return
     if model_path and model_path.endswith((".onnx", ".onnx.json")):
-        if ref not in (None, "piper", "kokoro-onnx") or audio:
+        if not set(refs) <= {"piper", "kokoro-onnx"} or len(refs) > 1 or audio:
             raise click.UsageError("a voice is timed against --ref piper or kokoro-onnx, with no AUDIO.")
         hardware = probe_hardware()
         _warn_if_busy(hardware)
         bench_tts(model_path.removesuffix(".json"), n_sentences, repetitions, threads or physical_cores(),
                   fmt, ref, wait_idle, receipt_path, hardware, build_info(hardware))
         return
-    if ref == "piper":
-        raise click.UsageError("--ref piper times Piper voices: pass one with -m VOICE.onnx.")
+    if set(refs) & {"piper", "kokoro-onnx"}:
+        raise click.UsageError(f"--ref {ref} times voices: pass one with -m VOICE.onnx.")
     if asr or (model_path and is_whisper_model(model_path)):
-        if ref == "llama.cpp":
-            raise click.UsageError("--ref llama.cpp times language models; a Whisper model takes "
+        if set(refs) & {"llama.cpp", "seed"}:
+            raise click.UsageError(f"--ref {refs[0]} times language models; a Whisper model takes "
                                    "--ref whisper.cpp.")
         hardware = probe_hardware()
         _warn_if_busy(hardware)
@@ -132,27 +143,30 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         return
     if audio:
         raise click.UsageError(f"unexpected argument {audio[0]!r}: AUDIO files go with a Whisper model.")
-    if ref == "whisper.cpp":
+    if "whisper.cpp" in refs:
         raise click.UsageError("--ref whisper.cpp times Whisper models: pass one with -m.")
     tests = tests_for(n_prompt, n_gen)
     if not tests:
         raise click.UsageError("nothing to measure: give -p or -n a count above 0.")
-    reference = None
+    references = []
     try:
         # batches of 512 as llama-bench's ubatches: a pp1024 runs as two
         model = load(model_path, n_threads=threads or physical_cores(),
                      n_ctx=max(512, max(t.n_prompt + t.n_gen for t in tests)), n_batch=512)
-        if ref:
-            reference = find_reference(ref_bin)
-            reference.tool("llama-bench")
+        for name in refs:
+            if name == "llama.cpp":
+                references.append(find_reference(ref_bin))
+                references[-1].tool("llama-bench")
+            else:
+                references.append(find_seed(seed_bench))
     except (ReferenceError, *USER_ERRORS) as e:
         raise click.ClickException(str(e)) from None
     hardware = probe_hardware()
     _warn_if_busy(hardware)
     build = build_info(hardware)
 
-    def progress(test, rep, ours_ts, ref_ts):
-        theirs = f", llama.cpp {ref_ts:.2f} t/s" if ref_ts is not None else ""
+    def progress(test, rep, ours_ts, refs_ts):
+        theirs = "".join(f", {name} {ts:.2f} t/s" for name, ts in refs_ts.items())
         click.echo(f"bench: {test.name} {rep + 1}/{repetitions}: dasllama {ours_ts:.2f} t/s{theirs}", err=True)
 
     def retaken(test, engine, ts, best):
@@ -160,21 +174,23 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
                    "disturbed, taken again", err=True)
 
     try:
-        records, ref_cmds = run_bench(model, tests, repetitions, build, reference, ref_model,
+        records, ref_cmds = run_bench(model, tests, repetitions, build, references, ref_model,
                                       idle_wait=wait_idle, on_sample=progress, on_retake=retaken)
     except ReferenceError as e:
         raise click.ClickException(str(e)) from None
     for line in add_bandwidth(model, records):
         click.echo(f"bench: {line}", err=True)
-    ours_cmd = our_command_line(model.path, n_prompt, n_gen, repetitions, model.n_threads, fmt, ref, ref_model)
+    ours_cmd = our_command_line(model.path, n_prompt, n_gen, repetitions, model.n_threads, fmt, refs, ref_model)
     receipt = None
     if fmt == "json" or receipt_path:
         inputs = [model.path] + ([ref_model] if ref_model else [])
-        receipt = build_receipt({"dasllama": ours_cmd, "llama.cpp": [shlex.join(c) for c in ref_cmds]},
-                                inputs, reference.describe() if reference else None, hardware)
+        commands = {"dasllama": ours_cmd, **{name: [shlex.join(c) for c in cmds] for name, cmds in ref_cmds.items()}}
+        described = [r.describe() for r in references]
+        receipt = build_receipt(commands, inputs, described[0] if len(described) == 1 else described or None,
+                                hardware)
     if receipt_path:
         write_results(receipt_path, records, receipt)
-    click.echo(render(records, fmt, receipt, ref is not None, FIELDS, to_markdown), nl=False)
+    click.echo(render(records, fmt, receipt, bool(refs), FIELDS, to_markdown), nl=False)
 
 
 def _warn_if_busy(hardware):
@@ -183,10 +199,10 @@ def _warn_if_busy(hardware):
                    f"{hardware['logical_cpus']} CPUs): figures will be low and noisy.", err=True)
 
 
-def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, ref, ref_model):
+def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, refs, ref_model):
     args = ["dasllama", "bench", "-m", os.path.abspath(model_path), "-p", ",".join(map(str, n_prompt)),
             "-n", ",".join(map(str, n_gen)), "-r", str(reps), "-t", str(threads), "-o", fmt]
-    if ref:
+    for ref in refs:
         args += ["--ref", ref]
     if ref_model:
         args += ["--ref-model", os.path.abspath(ref_model)]
@@ -195,20 +211,23 @@ def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, ref, ref_m
 
 def to_markdown(records, with_ref):
     """llama-bench's table (model, size, params, backend, threads, test, t/s) for our engine,
-    plus llama.cpp's t/s and ours / theirs when it ran beside."""
+    plus each reference's t/s and ours / theirs when they ran beside (one: "ratio"; two:
+    "vs llama.cpp", "vs seed")."""
     ours = [r for r in records if r["engine"] == "dasllama"]
-    theirs = {(r["n_prompt"], r["n_gen"]): r for r in records if r["engine"] == "llama.cpp"}
+    names = list(ours[0].get("ratios", {})) if with_ref else []
+    theirs = {(r["engine"], r["n_prompt"], r["n_gen"]): r for r in records if r["engine"] != "dasllama"}
     head = ["model", "size", "params", "backend", "threads", "test", "t/s"]
-    if with_ref:
-        head += ["llama.cpp t/s", "ratio"]
+    head += [f"{name} t/s" for name in names]
+    head += ["ratio"] if len(names) == 1 else [f"vs {name}" for name in names]
     rows = []
     for r in ours:
         test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
         row = [r["model_type"], _size(r["model_size"]), _params(r["model_n_params"]), r["backends"],
                str(r["n_threads"]), test, f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"]
-        other = theirs.get((r["n_prompt"], r["n_gen"]))
-        if with_ref:
-            row += [f"{other['avg_ts']:.2f} ± {other['stddev_ts']:.2f}", f"{r['ratio']:.2f}"]
+        for name in names:
+            other = theirs[(name, r["n_prompt"], r["n_gen"])]
+            row.append(f"{other['avg_ts']:.2f} ± {other['stddev_ts']:.2f}")
+        row += [f"{r['ratios'][name]:.2f}" for name in names]
         rows.append(row)
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     left = {"model", "backend"}
@@ -217,9 +236,9 @@ def to_markdown(records, with_ref):
     rule = "| " + " | ".join("-" * (w - 1) + ("-" if h in left else ":") for w, h in zip(widths, head)) + " |\n"
     text = line(head) + rule + "".join(line(row) for row in rows)
     text += f"\nbuild: {ours[0]['build_commit']} (dasllama)"
-    if theirs:
-        first = next(iter(theirs.values()))
-        text += f"; llama.cpp {first.get('build_commit')} ({first.get('build_number')})"
+    for name in names:
+        first = next(r for (engine, *_), r in theirs.items() if engine == name)
+        text += f"; {name} {first.get('build_commit')} ({first.get('build_number')})"
     return text + "\n"
 
 

@@ -24,6 +24,7 @@ COMMANDS = {
     "serve": "serve:serve_cmd",
     "mtmd": "mtmd:mtmd_cmd",
     "models": "models:models_cmd",
+    "warmup": "warmup:warmup_cmd",
 }
 
 

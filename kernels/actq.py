@@ -16,31 +16,22 @@ import numba
 import numpy as np
 from numba import njit
 
+from . import formats
+from .formats.common import ACT_BF16, ACT_F16, ACT_F32, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K  # noqa: F401
 from .ir import bits_f32, f16_to_f32, f32_bits, f32_to_f16
-from .quants import (BF16, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_0_X8, Q4_0_X16, Q4_1, Q4_K, Q4_K_X8,
-                     Q4_K_X16, Q5_0, Q5_1, Q5_K, Q6_K, Q6_K_X8, Q6_K_X16, Q8_0, Q8_0_X8, Q8_0_X16)
+from .quants import COPY_LAYOUTS, JIT
 
-ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K = F32, F16, BF16, Q8_0, 9, 15
+# qtype -> the activation format (ggml vec_dot_type id) its weights multiply with: each
+# format's ACT, a copy layout its source's, -1 for what is none of them
+_ACT_KIND = formats.table("ACT", default=-1)
+for _layout, (_source, _) in COPY_LAYOUTS.items():
+    _ACT_KIND[_layout] = _ACT_KIND[_source]
 
 
 @njit(**JIT)
 def act_kind(qtype):
     """The activation format (ggml vec_dot_type id) that weights of `qtype` multiply with."""
-    if (qtype == Q4_0 or qtype == Q5_0 or qtype == Q8_0 or qtype == Q8_0_X8 or qtype == Q4_0_X8
-            or qtype == Q8_0_X16 or qtype == Q4_0_X16):
-        return ACT_Q8_0
-    if qtype == Q4_1 or qtype == Q5_1:
-        return ACT_Q8_1
-    if (qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K
-            or qtype == Q4_K_X8 or qtype == Q6_K_X8 or qtype == Q4_K_X16 or qtype == Q6_K_X16):
-        return ACT_Q8_K
-    if qtype == F16:
-        return ACT_F16
-    if qtype == BF16:
-        return ACT_BF16
-    if qtype == F32:
-        return ACT_F32
-    return -1
+    return _ACT_KIND[qtype]
 
 
 def act_buffers(n_tokens, n_cols):

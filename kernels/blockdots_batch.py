@@ -1,10 +1,11 @@
-"""IR block folds of the batch paths that fold unlike a format's gemv (blockdots.py has the
-formats): llama.cpp's repacked gemm, one fma per chunk of a block (Q4_K, Q2_K), and its tiled
+"""The IR block dots by format, as simd.py's tiles take them: each format's gemv fold (its
+BLOCK_DOT, kernels/formats/<name>.py) and the folds of llama.cpp's batch paths where they
+differ from it: its repacked gemm, one fma per chunk of a block (Q4_K, Q2_K), and its tiled
 K-quant matmul, one exact integer sum per block pair (dots.dot_tiled); dots.gemm_tokens says
-which tokens take which."""
-from .blockdots import FMTS, Q2_KFmt, Q4_KFmt, _Scalar
+which tokens take which. Every table here is generated from the registry (formats.FORMATS)."""
+from . import formats
+from .blockdots import Scalar, Wide8
 from .ir import I32, V8F32, V8I32
-from .quants import Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 
 
 def _pair_products(g, row_vals, tok_vals, ids):
@@ -23,8 +24,8 @@ def _pair_products(g, row_vals, tok_vals, ids):
     return g.b.fmul(g.shuffle(rv, rv, ri), g.shuffle(tv, tv, ti))
 
 
-class _ScalarChunks(_Scalar):
-    """A _Scalar format as llama.cpp's repacked gemm folds it: per pair one fma per chunk of
+class _ScalarChunks(Scalar):
+    """A Scalar format as llama.cpp's repacked gemm folds it: per pair one fma per chunk of
     a block, ints and mins alike (ggml_gemm_q4_K_8x8_q8_K: 4 chunks of 64 elements,
     ggml_gemm_q2_K_8x8_q8_K: 2 of 128), in chunk order."""
 
@@ -57,58 +58,6 @@ class _ScalarChunks(_Scalar):
         return new
 
 
-def _q4_k_chunk_parts(self, g, R, X, k, n_chunks):
-    """Int lanes of 32-groups 2k, 2k+1 (the gemm's `sb`); their min products come from
-    chunk_min_sums."""
-    _, _, scv, _, groups = R
-    qx, _, _ = X
-    lanes = g.b.add(g.maddwd(g.maddubs(groups[2 * k], qx[2 * k]), scv[2 * k]),
-                    g.maddwd(g.maddubs(groups[2 * k + 1], qx[2 * k + 1]), scv[2 * k + 1]))
-    return lanes, None
-
-
-def _q4_k_chunk_min_sums(self, g, pairs, n_chunks):
-    """Per chunk k, <8 x f32> whose lane p is pair p's m[2k] + m[2k+1], m = mins * bsums of
-    its 32-groups (integers below 2**24, so exact): the sum the gemm folds per chunk, as one
-    level of pairwise adds and a transpose, ~24 vector ops where summing all 8 lanes of each
-    chunk's products masked to its 2 took ~120."""
-    b = g.b
-    ms = [b.fmul(r[3], x[2]) for r, x in pairs] + [g.c(V8F32, 0.0)] * (8 - len(pairs))
-    even, odd = list(range(0, 16, 2)), list(range(1, 16, 2))
-    # level[i] lanes 0..3: chunks 0..3 of pair 2i; lanes 4..7: those of pair 2i + 1
-    level = [b.fadd(g.shuffle(ms[i], ms[i + 1], even), g.shuffle(ms[i], ms[i + 1], odd))
-             for i in range(0, 8, 2)]
-    out = []
-    for k in range(n_chunks):
-        lo = g.shuffle(level[0], level[1], [k, 4 + k, 8 + k, 12 + k])
-        hi = g.shuffle(level[2], level[3], [k, 4 + k, 8 + k, 12 + k])
-        out.append(g.shuffle(lo, hi, range(8)))
-    return out
-
-
-def _no_chunk_min_sums(self, g, pairs, n_chunks):
-    return None
-
-
-def _q2_k_chunk_parts(self, g, R, X, k, n_chunks):
-    """Int lanes of 32-groups 4k..4k+3 and the min products of 16-sub-blocks 8k..8k+7."""
-    b = g.b
-    _, _, scv, mins, groups = R
-    qx, _, bsums = X
-    lanes = None
-    for j in range(4 * k, 4 * k + 4):
-        v = g.maddwd(g.maddubs(groups[j], qx[j]), scv[j])
-        lanes = v if lanes is None else b.add(lanes, v)
-    m16 = b.fmul(mins, bsums)
-    return lanes, g.shuffle(m16, m16, range(8 * k, 8 * k + 8))
-
-
-Q4_KFmt.chunk_parts = _q4_k_chunk_parts
-Q4_KFmt.chunk_min_sums = _q4_k_chunk_min_sums
-Q2_KFmt.chunk_parts = _q2_k_chunk_parts
-Q2_KFmt.chunk_min_sums = _no_chunk_min_sums
-
-
 class _Tiled:
     """A K-quant as llama.cpp's tiled matmul folds it (dots.dot_tiled): per pair and block,
     res = f32(s1)*dw, res = fma(-dmin, f32(s2), res), acc = fma(res, dx, acc). Pairs are
@@ -139,7 +88,15 @@ class _Tiled:
         return [g.b.extract_element(v, g.c(I32, i)) for v in acc for i in range(8)]
 
 
+# qtype -> the IR block dot of its gemv/vec_dot, for every integer format
+FMTS = {fmt.ID: fmt.BLOCK_DOT for fmt in formats.FORMATS if hasattr(fmt, "BLOCK_DOT")}
+# The formats whose dots without VNNI take unsigned quants, and their offset (see q5_0.BlockDot).
+UNSIGNED_OFFSET = {q: dot.offset for q, dot in FMTS.items() if getattr(dot, "offset", 0)}
+# The formats with a 512-bit two-pairs-per-vector tile (vpdpbusd on zmm; gemv fold only).
+WIDE_FMTS = {fmt.ID: Wide8(fmt.BLOCK_DOT) for fmt in formats.FORMATS if getattr(fmt, "WIDE", False)}
 # The formats whose batch paths fold unlike their gemv/vec_dot (dots.gemm_tokens says which
-# tokens take which): the repacked gemm, and the tiled K-quant matmul.
-GEMM_FMTS = {Q4_K: _ScalarChunks(FMTS[Q4_K], 4), Q2_K: _ScalarChunks(Q2_KFmt(), 2)}
-TILED_FMTS = {q: _Tiled(FMTS[q]) for q in (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)}
+# tokens take which): the repacked gemm (chunks of GEMM_CHUNK elements), and the tiled K-quant
+# matmul.
+GEMM_FMTS = {fmt.ID: _ScalarChunks(fmt.GEMM_DOT, fmt.BLOCK_ELEMS // fmt.GEMM_CHUNK)
+             for fmt in formats.FORMATS if hasattr(fmt, "GEMM_DOT")}
+TILED_FMTS = {fmt.ID: _Tiled(fmt.BLOCK_DOT) for fmt in formats.FORMATS if getattr(fmt, "K_QUANT", False)}

@@ -41,27 +41,35 @@ FLOAT does not: ggml_vec_dot_f16 and tinyBLAS run 8 lanes wide there, which is n
 import numpy as np
 from numba import njit
 
-from .cpu import probe
+from . import formats
+from .formats.common import FOLD_FLOAT, FOLD_LANES8, FOLD_SCALAR  # noqa: F401  (the folds, told above)
+from .formats.q2_k import REPACKED as REPACK_Q2_K  # noqa: F401  (the Q2_K fold told above)
 from .ir import fma_f32
-from .quants import (BF16, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
-                     Q8_0, BLOCK_BYTES, f16_at, q_q2_k, q_q3_k, q_q4_0, q_q4_1, q_q4_k, q_q5_0,
-                     q_q5_1, q_q5_k, q_q6_k, q_q8_0, scale_min_k4, scale_q3_k, _bf16_at, _f32_at)
+from .quants import (BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
+                     Q6_K, Q8_0, f16_at, scale_min_k4)
 
-FOLD_LANES8, FOLD_SCALAR, FOLD_FLOAT = 0, 1, 2
 # batch paths of llama.cpp (gemm_tokens): none, tinyBLAS or repacked gemm, tiled K-quant matmul
 PATH_VEC, PATH_GEMM, PATH_TILED = 0, 1, 2
-# llama.cpp repacks Q2_K only on AVX-512 CPUs (repack.cpp ggml_repack_get_optimal_repack_type)
-REPACK_Q2_K = "avx512f" in probe().features
 TILED_MIN_TOKENS = 8      # ggml_tiled_min_batch
+
+# per format (formats/<name>.py), indexed by qtype: the fold of its gemv, whether llama.cpp
+# repacks its rows in eights, the elements per fma of that repacked gemm, whether it is a
+# K-quant (batches of TILED_MIN_TOKENS take the tiled matmul where it is not repacked)
+_FOLD = formats.table("FOLD")
+_REPACKED = formats.table("REPACKED", default=False, dtype=np.bool_)
+_GEMM_CHUNK = formats.table("GEMM_CHUNK", default=256)
+_K_QUANT = formats.table("K_QUANT", default=False, dtype=np.bool_)
+quant_of = formats.dispatch("quant_of", ("w", "p", "e"), "quant(w, p, e)", globals(), default="np.int32(0)",
+                            doc="Integer quant of element e of the block at p, as the integer dot multiplies it.")
+scale_of = formats.dispatch("scale_of", ("w", "p", "e"), "scale(w, p, e)", globals(), default="np.int32(1)",
+                            doc="Integer sub-block scale multiplying element e (1 for formats without one).")
+float_at = formats.dispatch("float_at", ("w", "p"), "value(w, p)", globals(), default="np.float32(0)",
+                            doc="The float weight at byte p (F32, F16, BF16).")
 
 
 @njit(**JIT)
 def fold_of(qtype):
-    if qtype == Q4_0 or qtype == Q4_K or (qtype == Q2_K and REPACK_Q2_K):
-        return FOLD_SCALAR
-    if qtype == F32 or qtype == F16 or qtype == BF16:
-        return FOLD_FLOAT
-    return FOLD_LANES8
+    return _FOLD[qtype]
 
 
 @njit(**JIT, inline="always")
@@ -84,44 +92,6 @@ def reduce16(a):
 
 
 @njit(**JIT, inline="always")
-def _wq(qtype, w, p, e):
-    """Integer quant of element e of the block at p, as the integer dot multiplies it."""
-    if qtype == Q8_0:
-        return q_q8_0(w, p, e)
-    if qtype == Q4_0:
-        return q_q4_0(w, p, e)
-    if qtype == Q4_1:
-        return q_q4_1(w, p, e)
-    if qtype == Q5_0:
-        return q_q5_0(w, p, e)
-    if qtype == Q5_1:
-        return q_q5_1(w, p, e)
-    if qtype == Q2_K:
-        return q_q2_k(w, p, e)
-    if qtype == Q3_K:
-        return q_q3_k(w, p, e)
-    if qtype == Q4_K:
-        return q_q4_k(w, p, e)
-    if qtype == Q5_K:
-        return q_q5_k(w, p, e)
-    return q_q6_k(w, p, e)
-
-
-@njit(**JIT, inline="always")
-def _wscale(qtype, w, p, e):
-    """Integer sub-block scale multiplying element e (1 for formats without one)."""
-    if qtype == Q2_K:
-        return np.int32(w[p + (e >> 4)] & 0xF)
-    if qtype == Q3_K:
-        return scale_q3_k(w, p + 96, e >> 4)
-    if qtype == Q4_K or qtype == Q5_K:
-        return scale_min_k4(w, p + 4, e >> 5)[0]
-    if qtype == Q6_K:
-        return np.int32(np.int8(w[p + 192 + (e >> 4)]))
-    return np.int32(1)
-
-
-@njit(**JIT, inline="always")
 def _min_dot(qtype, w, p, bsums, g0, e0=0, e1=256):
     """Sum of min * activation sum over the sub-blocks of elements e0..e1 (K-quants with
     mins), exact int."""
@@ -137,7 +107,7 @@ def _min_dot(qtype, w, p, bsums, g0, e0=0, e1=256):
 
 @njit(**JIT)
 def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
-    be = 256 if qtype == Q2_K or qtype == Q3_K or qtype == Q5_K or qtype == Q6_K else 32
+    be = BLOCK_ELEMS[qtype]
     bb = BLOCK_BYTES[qtype]
     acc = np.zeros(8, np.float32)
     lanes = np.zeros(8, np.int32)
@@ -150,7 +120,7 @@ def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
             for g in range(be // 32):
                 for i in range(4):
                     e = 32 * g + 4 * l + i
-                    s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+                    s += scale_of(qtype, w, p, e) * quant_of(qtype, w, p, e) * np.int32(xq[o + e])
             lanes[l] = s
         if qtype == Q8_0 or qtype == Q5_0:
             d = f16_at(w, p) * xd[b]
@@ -184,20 +154,14 @@ def dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa):
 @njit(**JIT, inline="always")
 def gemm_chunk(qtype):
     """Elements per fma in the repacked gemm (the block in the gemv)."""
-    if qtype == Q4_K:
-        return 64
-    if qtype == Q2_K:
-        return 128
-    return 32 if qtype == Q4_0 else 256
+    return _GEMM_CHUNK[qtype]
 
 
 @njit(**JIT, inline="always")
 def repacked(qtype, n_rows):
     """Whether llama.cpp keeps this weight in its repack buffer (x86: Q4_0, Q4_K; Q2_K with
     AVX-512; 8-row interleave)."""
-    if n_rows % 8 != 0:
-        return False
-    return qtype == Q4_0 or qtype == Q4_K or (qtype == Q2_K and REPACK_Q2_K)
+    return n_rows % 8 == 0 and _REPACKED[qtype]
 
 
 @njit(**JIT, inline="always")
@@ -212,8 +176,7 @@ def gemm_tokens(qtype, n_rows, n_cols, n_tokens):
         if (qtype == Q4_K or qtype == Q2_K) and n_tokens >= 4:
             return n_tokens - n_tokens % 4, PATH_GEMM
         return 0, PATH_VEC
-    k_quant = qtype == Q2_K or qtype == Q3_K or qtype == Q4_K or qtype == Q5_K or qtype == Q6_K
-    if k_quant and n_tokens >= TILED_MIN_TOKENS:
+    if _K_QUANT[qtype] and n_tokens >= TILED_MIN_TOKENS:
         return n_tokens, PATH_TILED
     return 0, PATH_VEC
 
@@ -221,7 +184,7 @@ def gemm_tokens(qtype, n_rows, n_cols, n_tokens):
 @njit(**JIT)
 def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk):
     """chunk: elements per fma (see gemm_chunk), the block size in the gemv."""
-    be = 32 if qtype == Q4_0 else 256
+    be = BLOCK_ELEMS[qtype]
     bb = BLOCK_BYTES[qtype]
     acc = np.float32(0)
     accm = np.float32(0)
@@ -231,7 +194,7 @@ def dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk):
         for e0 in range(0, be, chunk):
             s = np.int32(0)
             for e in range(e0, e0 + chunk):
-                s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+                s += scale_of(qtype, w, p, e) * quant_of(qtype, w, p, e) * np.int32(xq[o + e])
             if qtype == Q4_0:
                 acc = fma_f32(np.float32(s), f16_at(w, p) * xd[b], acc)
             else:
@@ -252,7 +215,7 @@ def dot_tiled(qtype, w, p0, n_cols, xq, xd, xa):
         o = b * 256
         s = np.int32(0)
         for e in range(256):
-            s += _wscale(qtype, w, p, e) * _wq(qtype, w, p, e) * np.int32(xq[o + e])
+            s += scale_of(qtype, w, p, e) * quant_of(qtype, w, p, e) * np.int32(xq[o + e])
         if qtype == Q6_K:
             for j in range(16):
                 s -= 32 * np.int32(np.int8(w[p + 192 + j])) * np.int32(xa[16 * b + j])
@@ -276,7 +239,7 @@ def dot_float(qtype, w, p0, n_cols, xf):
         for j in range(4):
             for k in range(16):
                 e = i + 16 * j + k
-                acc[j, k] = fma_f32(_float_at(qtype, w, p0 + esize * e), xf[e], acc[j, k])
+                acc[j, k] = fma_f32(float_at(qtype, w, p0 + esize * e), xf[e], acc[j, k])
     for k in range(16):
         acc[0, k] = acc[0, k] + acc[2, k]
         acc[1, k] = acc[1, k] + acc[3, k]
@@ -284,7 +247,7 @@ def dot_float(qtype, w, p0, n_cols, xf):
         acc[0, k] = acc[0, k] + acc[1, k]
     total = np.float64(reduce16(acc[0]))
     for e in range(n_main, n_cols):
-        total += np.float64(_float_at(qtype, w, p0 + esize * e) * xf[e])
+        total += np.float64(float_at(qtype, w, p0 + esize * e) * xf[e])
     return np.float32(total)
 
 
@@ -300,17 +263,8 @@ def dot_float_gemm(qtype, w, p0, n_cols, xf):
     acc = np.zeros(16, np.float32)
     for i in range(0, n_cols, 16):
         for k in range(16):
-            acc[k] = fma_f32(_float_at(qtype, w, p0 + esize * (i + k)), xf[i + k], acc[k])
+            acc[k] = fma_f32(float_at(qtype, w, p0 + esize * (i + k)), xf[i + k], acc[k])
     return reduce16(acc)
-
-
-@njit(**JIT, inline="always")
-def _float_at(qtype, w, p):
-    if qtype == F32:
-        return _f32_at(w, p)
-    if qtype == F16:
-        return f16_at(w, p)
-    return _bf16_at(w, p)
 
 
 @njit(**JIT)
@@ -325,6 +279,6 @@ def dot_ref(qtype, w, p0, n_cols, xq, xd, xa, xf, path):
             return dot_float_gemm(qtype, w, p0, n_cols, xf)
         return dot_float(qtype, w, p0, n_cols, xf)
     if fold == FOLD_SCALAR:
-        chunk = gemm_chunk(qtype) if path == PATH_GEMM else (32 if qtype == Q4_0 else 256)
+        chunk = gemm_chunk(qtype) if path == PATH_GEMM else BLOCK_ELEMS[qtype]
         return dot_scalar(qtype, w, p0, n_cols, xq, xd, xa, chunk)
     return dot_lanes8(qtype, w, p0, n_cols, xq, xd, xa)

@@ -20,19 +20,20 @@ import numpy as np
 import numba
 from numba import njit
 
-from . import sidecar, simd, rowgroups
+from . import formats, sidecar, simd, rowgroups
 from .actq import act_buffers, act_kind, quantize_act
 from .dots import PATH_VEC, dot_ref, gemm_tokens
-from .quants import (BF16, BLOCK_ELEMS, F16, F32, JIT, Q2_K, Q3_K, Q4_0, Q4_0_X8, Q4_0_X16, Q4_1, Q4_K,
-                     Q4_K_X8, Q4_K_X16, Q5_0, Q5_1, Q5_K, Q6_K, Q6_K_X8, Q6_K_X16, Q8_0, Q8_0_X8, Q8_0_X16,
-                     SUPPORTED, dequantize, dequantize_row, row_bytes, type_name)
+from .quants import BLOCK_ELEMS, JIT, SUPPORTED, dequantize, dequantize_row, row_bytes, type_name
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
            "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref"]
 
-# Tile plans, one list per format; the first is the default until a tuner says otherwise.
-#   rows/tokens: register tile (rows x tokens share each weight/activation load)
+# Tile plans, one list per format; the first a phase offers is its default until a tuner says
+# otherwise.
+#   rows/tokens: register tile (rows x tokens share each weight/activation load); rows1: the
+#     rows x 1 tile of single tokens (all of decode, the leftover tokens of a batch)
 #   engine: "ref" plain numba loops (dots.py), "simd" vector IR (simd.py)
+#   phases: the phases that offer it (simd.variants; absent: both)
 _REF = [("ref", dict(engine="ref", rows=1, tokens=1))]
 VARIANTS = {q: list(_REF) for q in SUPPORTED}
 for _q in simd.FORMATS:
@@ -55,10 +56,11 @@ _built = {}
 
 
 def build_kernel(qtype, name):
-    """The @njit(parallel=True) kernel(w, R, C, xq, xd, xa, xf, T, out) of one variant."""
-    key = (qtype, name)
+    """The @njit(parallel=True) kernel(w, R, C, xq, xd, xa, xf, T, out) of one variant; variants
+    with one plan (a decode variant and the prefill plan it is built on) share one kernel."""
+    params = {k: v for k, v in dict(VARIANTS[qtype])[name].items() if k != "phases"}
+    key = (qtype, tuple(sorted(params.items())))
     if key not in _built:
-        params = dict(VARIANTS[qtype])[name]
         if params["engine"] == "ref":
             _built[key] = _make_ref_kernel(qtype, params["rows"], params["tokens"])
         else:
@@ -91,35 +93,6 @@ def matmul_ref(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
         for t in range(n_tokens):
             out[t, r] = dot_ref(qtype, w, r * rb, n_cols, xq[t], xd[t], xa[t], xf[t],
                                 path if t < n_gemm else PATH_VEC)
-
-
-# The active kernels, as module globals: numba freezes them into `matmul` when it compiles.
-# `matmul` captures only the selection text, so its disk-cache key changes with the selection
-# (a captured dispatcher would not do: it pickles with a random uuid, missing the cache).
-_kd_f32 = _kp_f32 = None
-_kd_f16 = _kp_f16 = None
-_kd_bf16 = _kp_bf16 = None
-_kd_q8_0 = _kp_q8_0 = None
-_kd_q4_0 = _kp_q4_0 = None
-_kd_q4_1 = _kp_q4_1 = None
-_kd_q5_0 = _kp_q5_0 = None
-_kd_q5_1 = _kp_q5_1 = None
-_kd_q2_k = _kp_q2_k = None
-_kd_q3_k = _kp_q3_k = None
-_kd_q4_k = _kp_q4_k = None
-_kd_q5_k = _kp_q5_k = None
-_kd_q6_k = _kp_q6_k = None
-_k_q8_0_x8 = rowgroups.KERNELS[Q8_0_X8]      # the copies' layouts (model.weight_copies), one kernel each
-_k_q4_k_x8 = rowgroups.KERNELS[Q4_K_X8]
-_k_q6_k_x8 = rowgroups.KERNELS[Q6_K_X8]
-_k_q4_0_x8 = rowgroups.KERNELS[Q4_0_X8]
-# the 16-row copies' kernels where this CPU runs them; elsewhere no copy is made in their
-# layouts, and their names stand for the 8-row kernels, so nothing more is compiled
-_k_q8_0_x16 = rowgroups.KERNELS[Q8_0_X16 if rowgroups.HAS_X16 else Q8_0_X8]
-_k_q4_k_x16 = rowgroups.KERNELS[Q4_K_X16 if rowgroups.HAS_X16 else Q4_K_X8]
-_k_q6_k_x16 = rowgroups.KERNELS[Q6_K_X16 if rowgroups.HAS_X16 else Q6_K_X8]
-_k_q4_0_x16 = rowgroups.KERNELS[Q4_0_X16 if rowgroups.HAS_X16 else Q4_0_X8]
-
 
 
 MAX_SHAPE_KERNELS = 4
@@ -160,99 +133,58 @@ def shape_kernel(qtype, phase, chosen, build):
     return kernel
 
 
-def _bind_active():
-    """Point the _kd_* (decode) and _kp_* (prefill) globals at the active kernels."""
-    names = {F32: "f32", F16: "f16", BF16: "bf16", Q8_0: "q8_0", Q4_0: "q4_0", Q4_1: "q4_1",
-             Q5_0: "q5_0", Q5_1: "q5_1", Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k",
-             Q6_K: "q6_k"}
-    for q, short in names.items():
-        globals()["_kd_" + short] = shape_kernel(q, "decode", ACTIVE, build_kernel)
-        globals()["_kp_" + short] = shape_kernel(q, "prefill", ACTIVE, build_kernel)
-    return ",".join(f"{key}={name}" for key, name in sorted(ACTIVE.items(), key=str))
+def _active_kernels():
+    """{global name: kernel} of what the dispatch calls: each copy layout's kernel (the
+    16-row copies' where this CPU runs them; elsewhere no copy is made in their layouts, and
+    their names stand for the 8-row kernels, so nothing more is compiled), and each format's
+    active decode and prefill kernels."""
+    kernels = {}
+    for (source, width), layout in rowgroups.LAYOUT_OF.items():
+        use = layout if width == 8 or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, 8]
+        kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
+    for fmt in formats.FORMATS:
+        kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", ACTIVE, build_kernel)
+        kernels[f"_prefill_{fmt.ID}"] = shape_kernel(fmt.ID, "prefill", ACTIVE, build_kernel)
+    return kernels
 
 
-def _build_matmul():
-    selection = _bind_active()
+_ARGS = "w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out"
 
-    @njit(**JIT)
-    def matmul(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
-        """out[:n_tokens, :n_rows] (T, R) = W (R, C) of `qtype` times the quantised x rows.
+
+def _dispatch_source():
+    """matmul's source, generated from the registry: the copies' layouts at any token count
+    (rowgroups.min_tokens), then each format's decode kernel for one token, its prefill
+    kernel for more."""
+    lines = ["def make(selection):",
+             f"    def matmul(qtype, {_ARGS}):",
+             f'        """{MATMUL_DOC}"""',
+             "        _ = selection  # noqa: F841  (the cache key, see _build_matmul)"]
+    for i, layout in enumerate(rowgroups.LAYOUT_OF.values()):
+        lines += [f"        {'if' if i == 0 else 'elif'} qtype == {layout}:   # {type_name(layout)}",
+                  f"            _copy_{layout}({_ARGS})"]
+    for phase, test in (("decode", "elif n_tokens == 1:"), ("prefill", "else:")):
+        lines.append(f"        {test}")
+        for i, fmt in enumerate(formats.FORMATS):
+            lines += [f"            {'if' if i == 0 else 'elif'} qtype == {fmt.ID}:   # {type_name(fmt.ID)}",
+                      f"                _{phase}_{fmt.ID}({_ARGS})"]
+    return lines + ["    return matmul"]
+
+
+MATMUL_DOC = """out[:n_tokens, :n_rows] (T, R) = W (R, C) of `qtype` times the quantised x rows.
 
         w: the matrix bytes (R * row_bytes,) uint8; xq/xd/xa/xf: activation buffers filled by
         quantize_act (T rows used); every array row-contiguous (out[t] and xq[t] plain rows).
         One token runs the decode variant of the format, more the prefill variant."""
-        _ = selection  # noqa: F841  (the cache key, see above)
-        if qtype == Q8_0_X8:        # the copies' layouts, any token count (rowgroups.min_tokens)
-            _k_q8_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q4_0_X8:
-            _k_q4_0_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q4_K_X8:
-            _k_q4_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q6_K_X8:
-            _k_q6_k_x8(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q8_0_X16:
-            _k_q8_0_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q4_0_X16:
-            _k_q4_0_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q4_K_X16:
-            _k_q4_k_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif qtype == Q6_K_X16:
-            _k_q6_k_x16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        elif n_tokens == 1:
-            if qtype == Q8_0:
-                _kd_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_K:
-                _kd_q4_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q6_K:
-                _kd_q6_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q5_0:
-                _kd_q5_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_0:
-                _kd_q4_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_1:
-                _kd_q4_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q5_1:
-                _kd_q5_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q2_K:
-                _kd_q2_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q3_K:
-                _kd_q3_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q5_K:
-                _kd_q5_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == F16:
-                _kd_f16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == BF16:
-                _kd_bf16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == F32:
-                _kd_f32(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-        else:
-            if qtype == Q8_0:
-                _kp_q8_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_K:
-                _kp_q4_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q6_K:
-                _kp_q6_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q5_0:
-                _kp_q5_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_0:
-                _kp_q4_0(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q4_1:
-                _kp_q4_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q5_1:
-                _kp_q5_1(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q2_K:
-                _kp_q2_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q3_K:
-                _kp_q3_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == Q5_K:
-                _kp_q5_k(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == F16:
-                _kp_f16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == BF16:
-                _kp_bf16(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-            elif qtype == F32:
-                _kp_f32(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
-    return matmul
+
+
+def _build_matmul():
+    """The numba-callable matmul over the active kernels. The kernels are globals of its
+    generated source, which numba freezes in when it compiles; it captures only the selection
+    text, so its disk-cache key changes with the selection (a captured dispatcher would not
+    do: it pickles with a random uuid, missing the cache)."""
+    selection = ",".join(f"{key}={name}" for key, name in sorted(ACTIVE.items(), key=str))
+    make = formats.compiled(_dispatch_source(), _active_kernels(), globals())["make"]
+    return njit(**JIT)(make(selection))
 
 
 matmul = _build_matmul()
@@ -262,8 +194,10 @@ def set_active(qtype, name, phase=None):
     """Make variant `name` the one `matmul` uses for `qtype` in `phase` ("decode", "prefill",
     None for both); returns the new `matmul`."""
     global matmul
-    if name not in dict(VARIANTS[qtype]):
-        raise KeyError(f"no variant {name!r} for type {qtype}; have {[n for n, _ in VARIANTS[qtype]]}")
+    for ph in PHASES if phase is None else (phase,):
+        offered = sidecar.offered(VARIANTS[qtype], ph)
+        if name not in offered:
+            raise KeyError(f"no {ph} variant {name!r} for type {qtype}; have {offered}")
     for ph in PHASES if phase is None else (phase,):
         ACTIVE[qtype, ph] = name
         for key in [k for k in ACTIVE if len(k) == 4 and k[:2] == (qtype, ph)]:

@@ -11,10 +11,20 @@ writes leaves the same kind of lie behind, pointing at a stale file of an older 
 `install()` replaces that save: under an exclusive lock on the cache folder it reads the index
 afresh, writes the data, and only then the index that names it. numba's readers need no lock:
 both files are replaced atomically, and an index never names a file that holds another key.
+
+It also keys dasllama's entries by content, so a reinstall reuses them (issue 25): numba
+names a file's cache folder after a hash of the file's absolute directory (a wheel installed
+into another venv would recompile everything) and, before 0.68, stamps its index with the
+file's mtime (a reinstall in place would too). Inside dasllama's tree the folder is the
+file's path relative to the package (the folder above it is already named by a hash of the
+compiled sources, kernels/__init__.py) and the stamp is a sha256 of the file's bytes.
 """
 import contextlib
+import functools
+import hashlib
 import itertools
 import os
+from pathlib import Path
 
 from numba.core import caching
 
@@ -49,15 +59,65 @@ def _locked_save(self, key, data):
         self._save_index(overloads)
 
 
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent   # the dasllama package: kernels/, core/
+
+
+def _in_package(py_file):
+    """py_file's path relative to the dasllama package, or None outside it."""
+    try:
+        return Path(py_file).resolve().relative_to(PACKAGE_ROOT)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _content_hash(path, st_mtime, st_size):   # mtime and size: a file edited in-process rehashes
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).digest()
+
+
+def _content_stamp(self, numba_stamp):
+    if _in_package(self._py_file) is None:
+        return numba_stamp(self)
+    st = os.stat(self._py_file)
+    return _content_hash(self._py_file, st.st_mtime, st.st_size)
+
+
+def _package_subpath(py_file, numba_subpath):
+    relative = _in_package(py_file)
+    if relative is None:
+        return numba_subpath(py_file)
+    return "_".join(("dasllama",) + relative.parent.parts)
+
+
+def _key_by_content():
+    mixin = caching._SourceFileBackedLocatorMixin
+    if getattr(mixin.get_source_stamp, "dasllama", False):
+        return
+    numba_stamp = mixin.get_source_stamp
+
+    def get_source_stamp(self):
+        return _content_stamp(self, numba_stamp)
+    get_source_stamp.dasllama = True
+    mixin.get_source_stamp = get_source_stamp
+
+    locator = getattr(caching, "UserProvidedCacheLocator", None) or caching._UserProvidedCacheLocator
+    numba_subpath = locator.get_suitable_cache_subpath
+    locator.get_suitable_cache_subpath = classmethod(
+        lambda cls, py_file: _package_subpath(py_file, numba_subpath))
+
+
 def installed():
     return caching.IndexDataCacheFile.save is _locked_save
 
 
 def install():
-    """Make numba's cache saves process-safe (idempotent). A numba whose cache lacks the parts
-    this relies on raises ImportError rather than run with the race."""
+    """Make numba's cache saves process-safe and dasllama's entries keyed by content
+    (idempotent). A numba whose cache lacks the parts this relies on raises ImportError rather
+    than run with the race."""
     missing = [name for name in _NEEDS if not hasattr(caching.IndexDataCacheFile, name)]
     if missing:
         raise ImportError(f"dasllama needs numba's IndexDataCacheFile.{missing[0]}, which this numba "
                           f"lacks: install a numba dasllama supports (pip install 'numba<0.70')")
     caching.IndexDataCacheFile.save = _locked_save
+    _key_by_content()

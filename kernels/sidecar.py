@@ -2,12 +2,14 @@
 
 For each weight format and phase (decode: one token; prefill: many) the variant in force is
 the first of
-    a pin       DASLLAMA_KERNELS="Q8_0=simd_r4t4,Q4_K:prefill=simd_r2t4"
+    a pin       DASLLAMA_KERNELS="Q8_0:decode=simd_r2t1_vnni,Q4_K:prefill=simd_r4t4"
     the sidecar tune.json in DASLLAMA_CONFIG or platformdirs.user_config_dir("dasllama"),
                 written by `dasllama tune` on this machine
     a profile   kernels/profiles/<cpu class>.json, shipped, for the most specific class of
                 this CPU that has one (x86-avx512-vnni > x86-avx512 > x86-avx2 > generic)
-    the default the first of the format's VARIANTS
+    the default the first variant the format offers for the phase (matmul.VARIANTS: a
+                prefill variant is named after its rows x tokens tile, a decode one after its
+                rows x 1 tile; "ref", the plain loops, serves both)
 A sidecar from another machine, another version, or one that cannot be read is refused as a
 whole with a named reason; an entry naming a variant that this build does not offer is skipped.
 The same precedence chooses each format's layout for a phase (resolve_layouts): "x8" or
@@ -78,13 +80,20 @@ def type_name(qtype):
 
 # --- provenance -------------------------------------------------------------------------------
 
+def kernel_sources():
+    """The files that define matmul kernels: kernels/*.py but the tuner's own, and the weight
+    formats' modules (kernels/formats/)."""
+    here = Path(__file__).parent
+    return [f for f in sorted(here.glob("*.py")) + sorted((here / "formats").glob("*.py"))
+            if f.name not in _NOT_KERNELS or f.parent.name == "formats"]
+
+
 def kernel_sources_hash():
     """Hash of the files that define kernels: a change there can change every timing."""
     h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.glob("*.py")):
-        if f.name not in _NOT_KERNELS:
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+    for f in kernel_sources():
+        h.update(f.relative_to(Path(__file__).parent).as_posix().encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -171,7 +180,7 @@ def new_doc(here, **provenance):
 # --- precedence -------------------------------------------------------------------------------
 
 def parse_pin(text):
-    """"Q8_0=simd_r4t4,Q4_K:prefill=ref" -> ({(type name, phase): variant}, [problems])."""
+    """"Q8_0=ref,Q4_K:prefill=simd_r4t4" -> ({(type name, phase): variant}, [problems])."""
     pins, problems = {}, []
     for item in filter(None, (s.strip() for s in (text or "").split(","))):
         key, sep, variant = item.partition("=")
@@ -228,18 +237,21 @@ def _layers(pin_text, doc, features):
 
 
 def resolve(variants, pin_text=None, doc=None, features=None):
-    """{(qtype, phase): Choice} for every format in `variants` (qtype -> [(name, params)]),
+    """{(qtype, phase): Choice} for every format in `variants` (qtype -> [(name, params)], each
+    offered for the phases its params name),
     plus {(qtype, phase, n_rows, n_cols): Choice} for the shapes whose own winner differs
     (taken from the layer that chose the phase), and notes on what was skipped.
     pin_text, doc and features default to DASLLAMA_KERNELS, this machine's valid sidecar and
     this CPU."""
     layers, notes = _layers(pin_text, doc, features)
     choices = {}
-    for qtype, offered in variants.items():
-        names = {n for n, _ in offered}
+    for qtype, listed in variants.items():
         tname = type_name(qtype)
         for phase in PHASES:
-            choices[qtype, phase] = Choice(offered[0][0], "default")
+            names = offered(listed, phase)
+            if not names:
+                continue
+            choices[qtype, phase] = Choice(names[0], "default")
             picked = _pick(layers, (tname, phase), names, notes, f"{tname} {phase} variant",
                            f"is not offered here (have {', '.join(sorted(names))})")
             if picked:
@@ -250,6 +262,12 @@ def resolve(variants, pin_text=None, doc=None, features=None):
                     if t == tname and shape and shape[0] == phase and variant in names:
                         choices[(qtype, *shape)] = Choice(variant, source)
     return choices, notes
+
+
+def offered(listed, phase):
+    """The names of the variants in `listed` ([(name, params)]) offered for `phase`, the
+    default first (a variant whose params name no `phases` serves both)."""
+    return [n for n, params in listed if phase in params.get("phases", PHASES)]
 
 
 def _pick(layers, key, accepted, notes, what, why_not):
@@ -319,7 +337,8 @@ def in_force(variants):
     try:
         choices, notes = resolve(variants)
     except Exception as e:  # a broken config must never stop the engine from starting
-        choices = {(q, p): Choice(v[0][0], "default") for q, v in variants.items() for p in PHASES}
+        choices = {(q, p): Choice(offered(v, p)[0], "default") for q, v in variants.items() for p in PHASES
+                   if offered(v, p)}
         notes = [f"kernel choice fell back to the defaults: {type(e).__name__}: {e}"]
     for note in notes:
         warnings.warn(note, SidecarWarning, stacklevel=2)

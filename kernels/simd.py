@@ -2,7 +2,7 @@
 rows per call, looped over blocks in LLVM IR inside a numba @intrinsic.
 
 `emit_tile` wraps a format's block dot (blockdots.py) in the block loop with one accumulator
-per (row, token) pair (with the formats of blockdots.WIDE_FMTS, one 512-bit accumulator per
+per (row, token) pair (with the formats of blockdots_batch.WIDE_FMTS, one 512-bit accumulator per
 row and pair of tokens); `emit_float_tile` does the same for F32/F16/BF16. `make_kernel` is the
 template every variant comes from: prange over row tiles, token tiles inside, cache-sized
 token chunks outside. Tails: rows and tokens past the valid count re-read the last valid one
@@ -14,8 +14,7 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .cpu import llvm_has
-from .blockdots import FMTS, UNSIGNED_OFFSET, WIDE_FMTS
-from .blockdots_batch import GEMM_FMTS, TILED_FMTS
+from .blockdots_batch import FMTS, GEMM_FMTS, TILED_FMTS, UNSIGNED_OFFSET, WIDE_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, i64_call, keep_alive, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
@@ -251,10 +250,14 @@ HAS_AVX512BW = llvm_has("avx512bw")
 # decode tiles of 2 and 4 rows beside the default plan's 1: rows stream interleaved, which
 # measured 3x slower on a Zen 4 but up to 1.8x faster on a Zen 3 for some shapes (Q4_K
 # 640x1024), so the tuner decides, per shape where it pays
-_DECODE_ROWS = (2, 4)
+_DECODE_ROWS = (1, 2, 4)
 
 
 def variants(qtype):
+    """[(name, params)]: the prefill variants, named after their rows x tokens tile, then the
+    decode variants, named after their rows x 1 tile (`phases` says which phase offers one).
+    A decode variant is the kernel of a prefill plan (the first of its vnni form) with that
+    T=1 tile: the default decode and prefill variants are then one kernel, compiled once."""
     if qtype in (F16, BF16, F32):
         plans = _F_PLANS
     elif BLOCK_ELEMS[qtype] == 256:
@@ -264,16 +267,18 @@ def variants(qtype):
         if HAS_VNNI:
             wide = [(n, dict(p, vnni=True, wide=True)) for n, p in _W_PLANS] if qtype in WIDE_FMTS else []
             plans = [(n + "_vnni", dict(p, vnni=True)) for n, p in _PLANS[:2]] + wide + plans
-    name, first = plans[0]
-    plans = plans + [(f"{name}_d{r}", dict(first, rows1=r)) for r in _DECODE_ROWS]
-    return [(n, dict(engine="simd", **p)) for n, p in plans]
+    prefill = [(n, dict(p, phases=("prefill",))) for n, p in plans]
+    firsts = {}     # vnni or not -> the first plan of that form
+    for _, p in plans:
+        firsts.setdefault(p.get("vnni", False), p)
+    decode = [(f"simd_r{r}t1" + ("_vnni" if vnni else ""), dict(first, rows1=r, phases=("decode",)))
+              for vnni, first in firsts.items() for r in (_DECODE_ROWS if first is plans[0][1] else (1,))]
+    return [(n, dict(engine="simd", **p)) for n, p in prefill + decode]
 
 
-def phase_params(params, phase):
-    """What of a variant's plan shapes the kernel a phase runs (decode: its T=1 tile; prefill:
-    its main tile), so the tuner races each distinct kernel of a phase once."""
-    keys = ("engine", "rows1", "vnni") if phase == "decode" else ("engine", "rows", "tokens", "vnni", "wide")
-    return tuple(params.get(k) for k in keys)
+def offers(params, phase):
+    """Whether a variant (its params) is offered for `phase` (a plan without `phases`: both)."""
+    return phase in params.get("phases", ("decode", "prefill"))
 
 
 def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
@@ -347,7 +352,7 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
 @njit(**JIT)
 def offset_sums(xq, n_tokens, n_cols, offset):
     """offset * (x[2i] + x[2i+1]) of each token's int8 quants as int16 (T, n_cols // 2):
-    what the unsigned Q4_0/Q5_0 dots (blockdots.UNSIGNED_OFFSET) take from their pmaddubsw
+    what the unsigned Q4_0/Q5_0 dots (blockdots_batch.UNSIGNED_OFFSET) take from their pmaddubsw
     pairs (at most 16 * 254 in magnitude)."""
     sums = np.empty((n_tokens, n_cols // 2), np.int16)
     for t in range(sums.shape[0]):

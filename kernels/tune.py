@@ -35,7 +35,7 @@ import numba
 import numpy as np
 
 from . import matmul as M
-from . import sidecar, simd, rowgroups
+from . import sidecar, rowgroups
 from .race import NOISE_LIMIT, Noisy, _reps, _sample, probe_noise, race
 from .quants import BF16, F16, F32, SUPPORTED, row_bytes
 from .sidecar import PHASES, layout_key, sidecar_path, type_name
@@ -330,10 +330,9 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
                         rejected[type_name(qtype), f"{copy} ({phase})"] = why
         rejected.update({(type_name(qtype), n): why for n, why in verdicts.items() if why and n in names})
         kernels = {n: build(qtype, n) for n in names if not verdicts[n]}
-        params = dict(variants[qtype])
         for s in group:
             on_step(f"race {type_name(qtype)} {s.phase} {s.n_rows}x{s.n_cols}")
-            racing = _distinct(kernels, params, s.phase)
+            racing = {n: kernels[n] for n in sidecar.offered(variants[qtype], s.phase) if n in kernels}
             args = dict.fromkeys(racing, _race_args(s))
             for copy in s.copies:
                 copy_args = _race_args(s, copy=copy) if verdicts.get((copy, s.phase), "") is None else None
@@ -354,19 +353,6 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
     doc["provenance"]["seconds"] = round(time.perf_counter() - t_start, 1)
     path = sidecar.write(doc)
     return Report(outcomes, rejected, notes, noise, doc["provenance"]["seconds"], path)
-
-
-def _distinct(kernels, params, phase):
-    """The kernels of which a phase runs a different tile (the first name of each), so that
-    decode-only variants do not race their prefill twin again."""
-    seen, out = set(), {}
-    for name, kernel in kernels.items():
-        plan = params.get(name)
-        key = simd.phase_params(plan, phase) if plan else name      # a plan-less kernel: its own
-        if key not in seen:
-            seen.add(key)
-            out[name] = kernel
-    return out
 
 
 def _totals(group, medians):
@@ -449,7 +435,7 @@ def _summaries(shapes, medians, variants, winners, incumbents=None, layouts=None
     for qtype, phase in dict.fromkeys((s.qtype, s.phase) for s in shapes):
         group = [s for s in shapes if s.qtype == qtype and s.phase == phase]
         chosen = winners.get(type_name(qtype), {})
-        default = variants[qtype][0][0]
+        default = sidecar.offered(variants[qtype], phase)[0]
         winner = chosen.get(phase, default)
         per_shape = {s.key: chosen.get(sidecar.shape_key(phase, s.n_rows, s.n_cols), winner) for s in group}
         if not all({default, per_shape[s.key]} <= set(medians[s.key]) for s in group):

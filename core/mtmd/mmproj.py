@@ -9,6 +9,8 @@ from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels.quants import F16, F32
 
 SUPPORTED = ("gemma3",)
+# the text families each projector's splice is made for (its markers, its non-causal image span)
+TEXT_FAMILIES = {"gemma3": ("gemma3",)}
 
 
 class MmprojError(ValueError):

@@ -10,7 +10,7 @@ from dasllama.core.llm.chat import render_chat
 from dasllama.core.llm.generate import Token
 from dasllama.core.llm.sampling import Sampler, SamplerParams
 
-from .mmproj import Mmproj, MmprojError
+from .mmproj import TEXT_FAMILIES, Mmproj, MmprojError
 from .preprocess import gemma3_input
 from .siglip import Gemma3Tower
 
@@ -31,6 +31,11 @@ class Vision:
 
     def __init__(self, mmproj_path, model, n_threads=None):
         mm = Mmproj(mmproj_path)
+        arch = model.gguf.architecture
+        if arch not in TEXT_FAMILIES[mm.hparams.projector]:
+            raise MmprojError(f"{model.path} is a '{arch}' model, which takes no images from a "
+                              f"'{mm.hparams.projector}' mmproj: pass the model that mmproj was made for "
+                              f"({', '.join(TEXT_FAMILIES[mm.hparams.projector])}).")
         if mm.hparams.n_embd_text != model.hparams.n_embd:
             raise MmprojError(f"{mmproj_path} projects to {mm.hparams.n_embd_text} wide embeddings but the "
                               f"model is {model.hparams.n_embd} wide: pass the mmproj made for this model.")

@@ -2,9 +2,10 @@
 
 pp<N>: N random prompt tokens (BOS first when the vocab adds one) evaluated from an empty
 cache in batches of the model's n_batch; tg<N>: N single-token evals from an empty cache. t/s per sample is
-tokens / seconds, averaged over samples, as llama-bench reports. With a reference, each of
-our samples is followed by one llama-bench run of the same test (A B A B), so the machine's
-drift falls on both engines alike and cancels in the ratio. Each sample waits for the machine
+tokens / seconds, averaged over samples, as llama-bench reports. With references (llama.cpp's
+llama-bench, the seed engine's dasllama-bench), each of our samples is followed by one run of
+each on the same test (A B C A B C), so the machine's drift falls on all engines alike and
+cancels in the ratios. Each sample waits for the machine
 to go idle first, and a sample that others visibly disturbed is taken again.
 """
 import math
@@ -174,18 +175,26 @@ def take_sample(measure, best, n_tokens, idle_wait=IDLE_WAIT_S, on_retake=None):
             on_retake(ts, best)
 
 
-def run_bench(model, tests, reps, build, ref=None, ref_model=None, seed=0,
+def run_bench(model, tests, reps, build, refs=(), ref_model=None, seed=0,
               idle_wait=IDLE_WAIT_S, on_sample=None, on_retake=None):
-    """Records for every test (ours, then the reference's when given), samples interleaved.
+    """Records for every test (ours, then each reference's), samples interleaved: each of our
+    samples is followed by one sample of each reference (A B C A B C ...).
 
-    on_sample(test, rep, ours_ts, ref_ts or None) reports progress; on_retake(test, engine,
-    ts, best_ts) a disturbed sample taken again. Returns (records, ref_cmds).
+    refs: engines with a `name`, `bench(path, n_prompt, n_gen, n_threads)` giving one
+    llama-bench-like record, `bench_cmd(...)` and optionally `warm_up(path, n_threads)`: llama.cpp's
+    llama-bench (ref_llama.Reference), the seed engine's dasllama-bench (ref_seed.SeedBench).
+    on_sample(test, rep, ours_ts, {name: ts}) reports progress; on_retake(test, engine, ts,
+    best_ts) a disturbed sample taken again. Our records carry `ratios` ({name: ours / theirs
+    t/s}) and `ratio`, the first reference's. Returns (records, {name: commands}).
     """
     rng = np.random.default_rng(seed)
     warm_up(model, tests, rng)
     ref_path = os.fspath(ref_model or model.path)
+    for ref in refs:
+        if hasattr(ref, "warm_up"):
+            ref.warm_up(ref_path, model.n_threads)
     ours = {t: our_record(model, t, build) for t in tests}
-    theirs = {t: {"engine": "llama.cpp", "samples_ns": []} for t in tests} if ref else {}
+    theirs = {ref.name: {t: {"engine": ref.name, "samples_ns": []} for t in tests} for ref in refs}
     retaken = (lambda t, engine: partial(on_retake, t, engine)) if on_retake else (lambda t, engine: None)
     for rep in range(reps):
         for t in tests:
@@ -193,26 +202,30 @@ def run_bench(model, tests, reps, build, ref=None, ref_model=None, seed=0,
             ns = take_sample(partial(time_test, model, t, rng), best_ts(ours[t], n), n, idle_wait,
                              retaken(t, "dasllama"))
             ours[t]["samples_ns"].append(ns)
-            if ref:
-                measure = partial(_ref_sample, ref, ref_path, t, model.n_threads, theirs[t])
-                theirs[t]["samples_ns"].append(take_sample(measure, best_ts(theirs[t], n), n, idle_wait,
-                                                           retaken(t, "llama.cpp")))
+            for ref in refs:
+                record = theirs[ref.name][t]
+                measure = partial(_ref_sample, ref, ref_path, t, model.n_threads, record)
+                record["samples_ns"].append(take_sample(measure, best_ts(record, n), n, idle_wait,
+                                                        retaken(t, ref.name)))
             if on_sample:
-                on_sample(t, rep, 1e9 * n / ns, 1e9 * n / theirs[t]["samples_ns"][-1] if ref else None)
+                on_sample(t, rep, 1e9 * n / ns,
+                          {name: 1e9 * n / by_test[t]["samples_ns"][-1] for name, by_test in theirs.items()})
     records = []
     for t in tests:
         mine = summarize(ours[t], t.n_prompt + t.n_gen)
         records.append(mine)
-        if ref:
-            other = summarize(theirs[t], t.n_prompt + t.n_gen)
-            mine["ratio"] = mine["avg_ts"] / other["avg_ts"]
-            records.append(other)
-    ref_cmds = [ref.bench_cmd(ref_path, t.n_prompt, t.n_gen, model.n_threads) for t in tests] if ref else []
+        others = [summarize(theirs[ref.name][t], t.n_prompt + t.n_gen) for ref in refs]
+        if others:
+            mine["ratios"] = {o["engine"]: mine["avg_ts"] / o["avg_ts"] for o in others}
+            mine["ratio"] = mine["ratios"][refs[0].name]
+        records += others
+    ref_cmds = {ref.name: [ref.bench_cmd(ref_path, t.n_prompt, t.n_gen, model.n_threads) for t in tests]
+                for ref in refs}
     return records, ref_cmds
 
 
 def _ref_sample(ref, path, test, n_threads, record):
-    """One llama-bench run of `test` (one sample); its fields go into record."""
+    """One run of the reference's bench on `test` (one sample); its fields go into record."""
     rec = ref.bench(path, test.n_prompt, test.n_gen, n_threads)
     record.update((k, v) for k, v in rec.items() if k != "samples_ns")
     return rec["samples_ns"][0]

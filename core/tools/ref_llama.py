@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,7 @@ def cached_build():
 @dataclass(frozen=True)
 class Reference:
     """Where the reference's parts are; any may be absent (None)."""
+    name: ClassVar[str] = "llama.cpp"
     bin_dir: Path = None       # dir with the llama.cpp tools
     lib_dir: Path = None       # libllama.so for llama_cpp (LLAMA_CPP_LIB_PATH); None: its own
     python_dir: Path = None    # dir holding the `llama_cpp` package; None: the environment's

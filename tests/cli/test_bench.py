@@ -71,3 +71,49 @@ def test_markdown_and_csv_follow_llama_bench(smollm2):
     head, row = csv.stdout.splitlines()
     assert head.startswith('"engine","build_commit"') and '"avg_ts"' in head
     assert row.startswith('"dasllama"')
+
+
+@pytest.fixture(scope="module")
+def seed_exe():
+    return assets.or_skip(assets.seed_bench)
+
+
+@pytest.mark.slow
+def test_llama_cpp_and_the_seed_interleaved_in_one_run(llama_bin, seed_exe, tmp_path):
+    """Both peers on the same file, threads and tests, a ratio to each; the seed's prepared
+    weight image lands in dasllama's cache, not beside the model."""
+    gemma3 = assets.or_skip(assets.gemma3_q4km)
+    r = run("-m", gemma3, "-p", 16, "-n", 4, "-r", 1, "-t", 2, "--ref", "llama.cpp", "--ref", "seed",
+            "--ref-bin", llama_bin, "--seed-bench", seed_exe, "-o", "json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    records = doc["results"]
+    assert [(x["engine"], x["n_prompt"], x["n_gen"]) for x in records] == [
+        ("dasllama", 16, 0), ("llama.cpp", 16, 0), ("seed", 16, 0),
+        ("dasllama", 0, 4), ("llama.cpp", 0, 4), ("seed", 0, 4)]
+    for ours, llama, seed in zip(records[::3], records[1::3], records[2::3]):
+        assert seed["avg_ts"] > 0 and seed["n_threads"] == 2
+        assert ours["ratios"] == pytest.approx({"llama.cpp": ours["avg_ts"] / llama["avg_ts"],
+                                                "seed": ours["avg_ts"] / seed["avg_ts"]})
+        assert ours["ratio"] == ours["ratios"]["llama.cpp"]
+    assert "seed" in r.stderr and "decode_gbps" in records[5]
+    commands = doc["receipt"]["commands"]
+    assert [c.split()[0] for c in commands["seed"]] == [str(seed_exe)] * 2
+    assert [ref["engine"] for ref in doc["receipt"]["reference"]] == ["llama.cpp", "dasllama (seed)"]
+    assert not list(gemma3.parent.glob(gemma3.name + ".*"))
+
+    md = run("-m", gemma3, "-p", 0, "-n", 2, "-r", 1, "-t", 2, "--ref", "seed", "--seed-bench", seed_exe)
+    assert md.exit_code == 0, md.stderr
+    assert [c.strip() for c in md.stdout.splitlines()[0].strip("|").split("|")][-2:] == ["seed t/s", "ratio"]
+
+
+def test_the_seed_refusing_a_file_or_missing_is_one_sentence(seed_exe, smollm2, tmp_path):
+    """The seed loads no Q4_1; a --seed-bench that is not its executable; two refs on a voice."""
+    r = run("-m", smollm2, "-p", 0, "-n", 2, "-r", 1, "-t", 2, "--ref", "seed", "--seed-bench", seed_exe)
+    assert r.exit_code == 1 and "seed engine" in r.stderr and "Traceback" not in r.stderr
+    fake = tmp_path / "dasllama-bench.exe"
+    fake.write_text("not it")
+    r = run("-m", smollm2, "-n", 2, "--ref", "seed", "--seed-bench", fake)
+    assert r.exit_code == 1 and "is not an executable" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run("-m", "voice.onnx", "--ref", "llama.cpp", "--ref", "seed")
+    assert r.exit_code == 2 and "a voice is timed" in r.stderr

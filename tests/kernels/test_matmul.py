@@ -355,3 +355,17 @@ def test_offset_sums_are_each_tokens_pair_sums_times_the_offset(offset):
     got = simd.offset_sums(xq, 3, 64, offset)
     want = offset * (xq[:, 0::2].astype(np.int32) + xq[:, 1::2])
     assert got.dtype == np.int16 and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_variants_are_named_after_the_tile_their_phase_runs(qtype):
+    # a decode variant after its rows x 1 tile, a prefill one after its rows x tokens tile;
+    # the default decode variant is the default prefill kernel (one compile for both)
+    from dasllama.kernels import sidecar
+    for name, params in M.VARIANTS[qtype]:
+        if params["engine"] == "simd":
+            (phase,) = params["phases"]
+            rows, tokens = (params["rows1"], 1) if phase == "decode" else (params["rows"], params["tokens"])
+            assert f"r{rows}t{tokens}" in name, name
+    defaults = [sidecar.offered(M.VARIANTS[qtype], phase)[0] for phase in M.PHASES]
+    assert M.build_kernel(qtype, defaults[0]) is M.build_kernel(qtype, defaults[1])

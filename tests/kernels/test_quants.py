@@ -1,8 +1,13 @@
-"""Dequantisation is bit-exact with gguf.quants for every supported type."""
+"""Dequantisation is bit-exact with gguf.quants for every supported type, and every format
+module of the registry says what it is."""
 import numpy as np
 import pytest
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from dasllama.kernels import dots as D
+from dasllama.kernels import formats
 from dasllama.kernels import quants as Q
+from dasllama.kernels.actq import act_kind
 
 from .blocks import gguf_dequantize, random_weights
 
@@ -41,3 +46,21 @@ def test_q5_0_as_q8_0_keeps_every_value():
     assert copy.size == w.size // 22 * 34
     np.testing.assert_array_equal(Q.dequantize(Q.Q8_0, copy, n_rows, n_cols),
                                   Q.dequantize(Q.Q5_0, w, n_rows, n_cols))
+
+
+@pytest.mark.parametrize("fmt", [pytest.param(f, id=formats.name_of(f)) for f in formats.FORMATS])
+def test_each_format_module_is_its_gguf_type(fmt):
+    # the layout is gguf-py's, the reference is gguf.quants' class of that type (F32/F16 have
+    # none: numpy reads them), the dispatch reaches the module's own functions
+    qtype = GGMLQuantizationType[formats.name_of(fmt)]
+    assert fmt.ID == qtype and (fmt.BLOCK_ELEMS, fmt.BLOCK_BYTES) == GGML_QUANT_SIZES[qtype]
+    assert all(0 <= off <= fmt.BLOCK_BYTES - 2 for off in fmt.F16_FIELDS)
+    assert act_kind(fmt.ID) == fmt.ACT and D.fold_of(fmt.ID) == fmt.FOLD
+    n_rows, n_cols = 2, 512
+    w = random_weights(fmt.ID, n_rows, n_cols, seed=5)
+    if fmt.REFERENCE is not None:
+        assert fmt.REFERENCE.qtype == qtype
+        ref = fmt.REFERENCE.dequantize(w.reshape(n_rows, -1)).astype(np.float32)
+        np.testing.assert_array_equal(Q.dequantize(fmt.ID, w, n_rows, n_cols).view(np.uint32), ref.view(np.uint32))
+    if hasattr(fmt, "quant"):
+        assert D.quant_of(fmt.ID, w, 0, 7) == fmt.quant(w, 0, 7)

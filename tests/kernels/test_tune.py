@@ -32,6 +32,11 @@ def config_dir(tmp_path, monkeypatch):
     return tmp_path / "config"
 
 
+def _offered(qtype, phase):
+    """M's variants of `qtype` that `phase` offers, the default first."""
+    return [(n, p) for n, p in M.VARIANTS[qtype] if n in sidecar.offered(M.VARIANTS[qtype], phase)]
+
+
 def _with_variant(name, kernel):
     """A build function that knows one more variant, `name`, besides M's."""
     def build(qtype, variant):
@@ -80,7 +85,7 @@ def test_float_gate_takes_a_fold_order_difference_but_not_more():
 def test_tune_never_races_a_rejected_variant(tmp_path):
     wrong = _nudged_ref()
     wrong.qtype = Q8_0
-    variants = {Q8_0: M.VARIANTS[Q8_0][:1] + [("one_ulp_off", {})]}
+    variants = {Q8_0: _offered(Q8_0, "decode")[:1] + [("one_ulp_off", {})]}
     shape = T.Shape(Q8_0, "decode", 64, 256, 3, random_weights(Q8_0, 64, 256, seed=3))
     report = T.tune([shape], budget_s=0.05, force=True, variants=variants,
                     build=_with_variant("one_ulp_off", wrong))
@@ -118,7 +123,7 @@ def test_the_output_matrix_and_k_quant_decode_race_no_copy():
 
 def test_tune_races_the_copy_and_keeps_a_layout_per_type_and_phase():
     shapes = [T.Shape(Q4_0, phase, 64, 256, 2, random_weights(Q4_0, 64, 256, seed=6)) for phase in PHASES]
-    report = T.tune(shapes, budget_s=0.1, force=True, variants={Q4_0: M.VARIANTS[Q4_0][:2]})
+    report = T.tune(shapes, budget_s=0.1, force=True, variants={Q4_0: _offered(Q4_0, "decode")[:1] + _offered(Q4_0, "prefill")[:1]})
     layouts = {o.phase: o for o in report.outcomes if o.phase.endswith(" layout")}
     assert set(layouts) == {"decode layout", "prefill layout"}
     assert all(o.winner in sidecar.LAYOUT_NAMES and o.chosen_s > 0 for o in layouts.values())
@@ -174,7 +179,7 @@ def test_model_shapes_count_tensors_and_race_the_output_at_decode_only(tiny_mode
 
 def test_a_second_tune_with_nothing_changed_races_nothing():
     shape = T.Shape(Q8_0, "decode", 64, 256, 1, random_weights(Q8_0, 64, 256, seed=5))
-    variants = {Q8_0: M.VARIANTS[Q8_0][:2]}
+    variants = {Q8_0: _offered(Q8_0, "decode")[:2]}
     first = T.tune([shape], budget_s=0.05, force=True, variants=variants)
     t0 = time.perf_counter()
     second = T.tune([shape], budget_s=30, variants=variants)
@@ -186,7 +191,7 @@ def test_a_busy_machine_is_refused_with_the_measurement(monkeypatch):
     monkeypatch.setattr(T, "NOISE_LIMIT", -1.0)
     shape = T.Shape(Q8_0, "decode", 64, 256, 1, random_weights(Q8_0, 64, 256, seed=5))
     with pytest.raises(T.Noisy, match=r"too busy to rank kernels: a fixed workload's timings spread .*load average"):
-        T.tune([shape], budget_s=0.05, variants={Q8_0: M.VARIANTS[Q8_0][:1]})
+        T.tune([shape], budget_s=0.05, variants={Q8_0: _offered(Q8_0, "decode")[:1]})
     assert not sidecar.sidecar_path().exists()
 
 
@@ -331,9 +336,11 @@ def test_the_shipped_profiles_for_this_cpu_name_variants_it_offers():
         path = sidecar.PROFILES / f"{cpu_class}.json"
         if path.exists():
             for tname, by_key in json.loads(path.read_text())["winners"].items():
-                offered = {n for n, _ in M.VARIANTS[int(GGMLQuantizationType[tname])]}
+                listed = M.VARIANTS[int(GGMLQuantizationType[tname])]
                 layouts = {k: v for k, v in by_key.items() if k.endswith(" layout")}
-                assert {v for k, v in by_key.items() if k not in layouts} <= offered, (path.name, tname)
+                for key, variant in by_key.items():     # "decode", "prefill 640x2048", ...
+                    if key not in layouts:
+                        assert variant in sidecar.offered(listed, key.split()[0]), (path.name, tname, key)
                 assert set(layouts.values()) <= set(sidecar.LAYOUT_NAMES), (path.name, tname)
 
 
@@ -390,10 +397,23 @@ def test_greedy_tokens_and_logits_are_the_same_bits_with_other_winners(tiny_mode
     path = tiny_model("llama", "Q8_0")
     in_force = _greedy(path, os.environ)
     chosen = {c.variant for c in sidecar.resolve({Q8_0: M.VARIANTS[Q8_0]})[0].values()}
-    others = [n for n, _ in M.VARIANTS[Q8_0] if n not in chosen]
+    others = [n for n in sidecar.offered(M.VARIANTS[Q8_0], "prefill") if n not in chosen]
     simd_other = next(n for n in others if n.startswith("simd"))
     # the plain loops and another tile, on the file's blocks where the defaults take the copy
     pin = f"Q8_0:decode=ref,Q8_0:prefill={simd_other},Q8_0=file"
     pinned = _greedy(path, {**os.environ, sidecar.PIN_ENV: pin})
     assert pinned[2:] == ["ref", simd_other, "0"] and in_force[2:4] != pinned[2:4] and in_force[4] != "0"
     assert pinned[:2] == in_force[:2]
+
+
+def test_the_kernels_hash_covers_every_format_module(monkeypatch):
+    # a tuned sidecar is refused once a format's module changes, as for any kernel file
+    from pathlib import Path
+    here = Path(sidecar.__file__).parent
+    files = {f.relative_to(here).as_posix() for f in sidecar.kernel_sources()}
+    assert {"formats/q4_k.py", "formats/common.py", "formats/__init__.py", "matmul.py"} <= files
+    assert "tune.py" not in files
+    before = sidecar.kernel_sources_hash()
+    read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda p: read(p) + (b"#" if p.name == "q4_k.py" else b""))
+    assert sidecar.kernel_sources_hash() != before
