@@ -5,6 +5,7 @@ twine finds their metadata valid. The in-tree Homebrew formula and Scoop manifes
 import hashlib
 import importlib.util
 import json
+import tomllib
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests import assets, gguf_factory
 
@@ -96,20 +99,43 @@ def test_a_regular_dasllama_package_elsewhere_on_the_path_is_one_sentence(dist, 
     assert r.returncode == 0, r.stderr
 
 
-def test_formula_resources_are_the_runtime_dependency_closure():
-    pins = resources.closure()
-    assert {"numba", "llvmlite", "click", "gguf"} <= pins.keys() and not pins.keys() & resources.FROM_FORMULAE
-    assert resources.drift(pins, resources.formula_resources()) == []
+def _direct_requirements():
+    """dasllama-toolkit's own runtime requirements, as pyproject.toml states them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(line) for line in project["dependencies"]]
+
+
+def test_formula_resources_meet_the_projects_requirements():
+    # The formula pins exact versions; a release on PyPI after it was generated does not make
+    # it wrong. What must hold: each requirement has a resource (or a formula it comes from)
+    # at a version the requirement allows. The venv test below checks the whole closure.
+    have = {name: resources.sdist_version(url) for name, url, _ in resources.formula_resources()}
+    assert {"numba", "llvmlite", "click", "gguf"} <= have.keys() and not have.keys() & resources.FROM_FORMULAE
+    for req in _direct_requirements():
+        name = canonicalize_name(req.name)
+        if name in resources.FROM_FORMULAE or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        assert name in have, f"{req} has no resource"
+        assert req.specifier.contains(have[name], prereleases=True), f"resource {name} {have[name]} does not meet {req}"
 
 
 def test_drift_names_a_missing_an_extra_and_a_moved_resource():
     formula = resources.FORMULA.read_text().replace("llvmlite-0.50.0.tar.gz", "llvmlite-0.49.0.tar.gz")
+    pins = {name: resources.sdist_version(url) for name, url, _ in resources.formula_resources()}
     found = [r for r in resources.formula_resources(formula) if r[0] != "click"]
     found.append(("left-pad", "https://files.pythonhosted.org/packages/aa/left_pad-1.0.tar.gz", "0" * 64))
-    problems = resources.drift(resources.closure(), found)
+    problems = resources.drift(pins, found)
     assert len(problems) == 3, problems
     assert any(p.startswith("click==") for p in problems) and "resource left-pad is not a dependency" in problems
     assert any("llvmlite is 0.49.0" in p for p in problems)
+
+
+def test_closure_follows_requirements_and_markers():
+    dists = {"dasllama-toolkit": ("0.1.0", ["numba>=0.60", "tbb; platform_machine=='x86_64'",
+                                            "pywin32; sys_platform=='win32'", "pytest; extra=='test'"]),
+             "numba": ("0.61.0", ["llvmlite<0.45,>=0.44", "numpy>=1.24"]),
+             "llvmlite": ("0.44.0", []), "numpy": ("2.2.0", []), "tbb": ("2022.1", ["tcmlib"])}
+    assert resources.closure(dists=dists) == {"numba": "0.61.0", "llvmlite": "0.44.0"}
 
 
 def _fetch_cached(url):
@@ -172,6 +198,12 @@ def test_a_venv_of_only_the_formula_resources_runs_generate(dist, tmp_path):
     r = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
     unmet = [line for line in r.stdout.splitlines() if line.strip()]
     assert unmet in ([], ["dasllama-toolkit 0.1.0 requires tbb, which is not installed."]), r.stdout + r.stderr
+    # the closure as the venv's own metadata gives it: exactly the resources, none missing or extra
+    r = subprocess.run([str(python), "-c", "import json, importlib.metadata as m; print(json.dumps("
+                        "{d.metadata['Name']: [d.version, d.requires or []] for d in m.distributions()}))"],
+                       capture_output=True, text=True, timeout=120, check=True)
+    dists = {canonicalize_name(n): tuple(v) for n, v in json.loads(r.stdout).items()}
+    assert resources.drift(resources.closure(dists=dists), resources.formula_resources()) == []
     dasllama = python.parent / "dasllama"
     version = subprocess.run([str(dasllama), "--version"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert version.returncode == 0 and "threading layer omp" in version.stdout, version.stdout + version.stderr
