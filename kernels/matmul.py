@@ -13,6 +13,10 @@ default), with per-shape winners where the sidecar has them; it is numba-callabl
 inside a compiled decode step.
 `set_active` swaps a variant and rebuilds `matmul` (do it before compiling callers, which
 freeze the dispatcher they saw).
+
+Importing this module reads nothing and builds nothing: ACTIVE (which reads the pin, the
+sidecar and the profile) and `matmul` are made on first use, when a caller asks for either
+(`from .matmul import matmul` in the compiled forward step, or a first matmul_f32).
 """
 import warnings
 
@@ -50,7 +54,32 @@ def _resolve_active():
     return {key: choice.variant for key, choice in choices.items()}
 
 
-ACTIVE = _resolve_active()
+_active = None      # ACTIVE, once something asks for it
+_matmul = None      # matmul, likewise
+
+
+def _active_choices():
+    global _active
+    if _active is None:
+        _active = _resolve_active()
+    return _active
+
+
+def _dispatch():
+    global _matmul
+    if _matmul is None:
+        _matmul = _build_matmul()
+    return _matmul
+
+
+def __getattr__(name):
+    """ACTIVE and matmul, built on first use (PEP 562)."""
+    if name == "ACTIVE":
+        return _active_choices()
+    if name == "matmul":
+        return _dispatch()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _built = {}
 
@@ -143,8 +172,8 @@ def _active_kernels():
         use = layout if width == 8 or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, 8]
         kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
     for fmt in formats.FORMATS:
-        kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", ACTIVE, build_kernel)
-        kernels[f"_prefill_{fmt.ID}"] = shape_kernel(fmt.ID, "prefill", ACTIVE, build_kernel)
+        kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
+        kernels[f"_prefill_{fmt.ID}"] = shape_kernel(fmt.ID, "prefill", _active_choices(), build_kernel)
     return kernels
 
 
@@ -182,28 +211,27 @@ def _build_matmul():
     generated source, which numba freezes in when it compiles; it captures only the selection
     text, so its disk-cache key changes with the selection (a captured dispatcher would not
     do: it pickles with a random uuid, missing the cache)."""
-    selection = ",".join(f"{key}={name}" for key, name in sorted(ACTIVE.items(), key=str))
+    selection = ",".join(f"{key}={name}" for key, name in sorted(_active_choices().items(), key=str))
     make = formats.compiled(_dispatch_source(), _active_kernels(), globals())["make"]
     return njit(**JIT)(make(selection))
 
-
-matmul = _build_matmul()
 
 
 def set_active(qtype, name, phase=None):
     """Make variant `name` the one `matmul` uses for `qtype` in `phase` ("decode", "prefill",
     None for both); returns the new `matmul`."""
-    global matmul
+    global _matmul
+    active = _active_choices()
     for ph in PHASES if phase is None else (phase,):
         offered = sidecar.offered(VARIANTS[qtype], ph)
         if name not in offered:
             raise KeyError(f"no {ph} variant {name!r} for type {qtype}; have {offered}")
     for ph in PHASES if phase is None else (phase,):
-        ACTIVE[qtype, ph] = name
-        for key in [k for k in ACTIVE if len(k) == 4 and k[:2] == (qtype, ph)]:
-            del ACTIVE[key]  # per-shape winners of the old choice
-    matmul = _build_matmul()
-    return matmul
+        active[qtype, ph] = name
+        for key in [k for k in active if len(k) == 4 and k[:2] == (qtype, ph)]:
+            del active[key]  # per-shape winners of the old choice
+    _matmul = _build_matmul()
+    return _matmul
 
 
 def matmul_f32(qtype, w, n_rows, n_cols, x, variant=None):
@@ -217,7 +245,7 @@ def matmul_f32(qtype, w, n_rows, n_cols, x, variant=None):
     quantize_act(act_kind(qtype), x, xq, xd, xa, xf)
     out = np.empty((n_tokens, n_rows), np.float32)
     if variant is None:
-        matmul(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+        _dispatch()(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
     else:
         build_kernel(qtype, variant)(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
     return out

@@ -136,11 +136,11 @@ def copy_layout(qtype, n_rows, name="x8"):
     None: Q5_0 goes through Q8_0 (the same f16 scale, quants - 16), as plain Q8_0 where its
     rows do not group."""
     source = Q8_0 if qtype == Q5_0 else qtype
-    if (source, name) not in COPIES:
+    if (source, name) not in _copies():
         return None
     if n_rows % WIDTHS[name]:
         return Q8_0 if qtype == Q5_0 else None
-    return COPIES[source, name][0]
+    return _copies()[source, name][0]
 
 
 def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
@@ -157,7 +157,7 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
             return np.array(blocks, np.uint8).reshape(-1)
         out[:] = blocks
         return out
-    return COPIES[qtype, name][1](blocks, n_rows, n_cols, out=out)
+    return _copies()[qtype, name][1](blocks, n_rows, n_cols, out=out)
 
 
 # --- Q8_0 (and Q5_0 as Q8_0) -----------------------------------------------------------------
@@ -458,9 +458,23 @@ def _copy(qtype, width):
     return layout, _repacker(fill, layout, block_elems, width), kernel()
 
 
-_BUILT = {(qtype, name): _copy(qtype, width) for qtype in _STEPS for name, width in WIDTHS.items()}
-# The file formats with copies: (qtype, copy name) -> (layout, repack). Q5_0 takes Q8_0's
-# through its Q8_0 copy (quants.q5_0_as_q8_0).
-COPIES = {key: (layout, repack) for key, (layout, repack, _) in _BUILT.items()}
-# layout -> the kernel that multiplies a copy in it (matmul's dispatch, the tuner's races)
-KERNELS = {layout: kernel for layout, _, kernel in _BUILT.values()}
+_built = {}
+
+
+def _copies():
+    """{(qtype, copy name): (layout, repack, kernel)} of the file formats with copies, built
+    on first use (importing this module builds no kernel). Q5_0 takes Q8_0's through its Q8_0
+    copy (quants.q5_0_as_q8_0)."""
+    if not _built:
+        _built.update({(qtype, name): _copy(qtype, width) for qtype in _STEPS for name, width in WIDTHS.items()})
+    return _built
+
+
+def __getattr__(name):
+    """COPIES: (qtype, copy name) -> (layout, repack); KERNELS: layout -> the kernel that
+    multiplies a copy in it (matmul's dispatch, the tuner's races). Built on first use (PEP 562)."""
+    if name == "COPIES":
+        return {key: (layout, repack) for key, (layout, repack, _) in _copies().items()}
+    if name == "KERNELS":
+        return {layout: kernel for layout, _, kernel in _copies().values()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
