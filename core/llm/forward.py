@@ -48,14 +48,30 @@ Scratch = namedtuple("Scratch", "x xn q k v att ao gate up hid")
 Acts = namedtuple("Acts", "xq xd xa xf")
 
 
+def _slot_major(tab):
+    """tab (n_layer + 1, slots, ...) as one contiguous array (slots, n_layer + 1, ...): a layer's
+    row of a slot (net.w.q[il]) and a global row (net.out) are then one array type, so the
+    functions taking either (_linear, _fvec) compile once, not once per kind of row. A layer
+    view of the (layer, slot) table is strided ('A'), a global row contiguous ('C'): the second
+    _linear it made cost ~5 s of a cold start."""
+    return np.ascontiguousarray(np.moveaxis(tab, 1, 0))
+
+
 def net_of(wbuf, wtab, cbuf, ctab, fbuf, ftab, shape, layer_swa, layer_freq_base, gelu_tab):
-    """The Net of a loaded model's tables (views, no copies)."""
+    """The Net of a loaded model's tables: the weights' bytes are views, the small tables
+    slot-major copies (_slot_major)."""
     L = wtab.shape[0] - 1
-    return Net(wbuf, Slots(*(wtab[:L, s] for s in range(N_WSLOTS))), wtab[L, W_EMBD], wtab[L, W_OUT],
-               cbuf, Slots(*(ctab[:L, s] for s in range(N_WSLOTS))), ctab[L, W_OUT], fbuf,
-               Norms(*(ftab[:L, s] for s in range(N_FSLOTS))), ftab[L, F_OUT_NORM], shape,
+    wt, ct, ft = _slot_major(wtab), _slot_major(ctab), _slot_major(ftab)
+    return Net(wbuf, Slots(*(wt[s, :L] for s in range(N_WSLOTS))), wt[W_EMBD, L], wt[W_OUT, L],
+               cbuf, Slots(*(ct[s, :L] for s in range(N_WSLOTS))), ct[W_OUT, L], fbuf,
+               Norms(*(ft[s, :L] for s in range(N_FSLOTS))), ft[F_OUT_NORM, L], shape,
                layer_swa, layer_freq_base, gelu_tab)
 
+
+# ONCE: the step's parts called from one place only (_qkv, _ffn, _attn_out, _output) are
+# inlined into `forward` rather than compiled apart: each function that takes the Net costs
+# ~5 s of a cold start on its own (typing and lowering that large a tuple of arrays), and
+# these four were ~22 of its ~120 s.
 
 # names recorded by the trace, in llama.cpp's callback names (cb(cur, "attn_norm", il))
 TRACE_NAMES = ("attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out", "ffn_inp",
@@ -173,7 +189,7 @@ def _embed(tokens, net, x):
         _scale(x, np.float32(net.shape.embd_scale))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")   # called once: see ONCE
 def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
     """Layer il's q, k, v of xn (T, n_embd): the projections (one fused QKV weight or three)
     with their biases, QK-norm where the family has it, then RoPE (angles: the layer's table).
@@ -204,7 +220,7 @@ def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
     rope_apply(k, angles, sh.n_head_kv, sh.head_dim, sh.n_rot, sh.rope_mode)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")   # called once: see ONCE
 def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     """out (T, n_embd) = layer il's feed-forward of xn (T, n_embd): gate and up (two weights, or
     phi3's one [gate; up] through sfused), GeGLU or SwiGLU, down, and the post-norm where the
@@ -230,7 +246,7 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
         rms_norm(out, _fvec(net.fbuf, net.norms.ffn_post[il]), sh.eps, out)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")   # called once: see ONCE
 def _attn_out(il, net, att, acts, ao):
     """ao (T, n_embd) = layer il's attention output projection of att, post-normed where the
     family has it."""
@@ -239,7 +255,7 @@ def _attn_out(il, net, att, acts, ao):
         rms_norm(ao, _fvec(net.fbuf, net.norms.attn_post[il]), net.shape.eps, ao)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")   # called once: see ONCE
 def _output(x, net, acts, xo, out):
     """out (T, n_vocab) = the logits of x (T, n_embd): output norm into xo, the output matrix,
     and the final soft-cap where the family has one (ggml_scale by 1/cap, tanh, scale by cap)."""
