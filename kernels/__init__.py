@@ -20,18 +20,21 @@ CACHE_DIR = os.environ.get("DASLLAMA_CACHE") or platformdirs.user_cache_dir("das
 
 def _source_hash():
     h = hashlib.sha256()
+
+    def add(f, data):
+        h.update(f.name.encode())
+        h.update(data)
     # the tuner's own files compile nothing the decode step links in (cpu.py does: the
     # features it reads fix constants compiled into the kernels, such as ops.EXP_LANES)
-    files = sorted(f for f in Path(__file__).parent.rglob("*.py")
-                   if f.name not in ("tune.py", "race.py", "sidecar.py", "bench_matmul.py"))
+    for f in sorted(Path(__file__).parent.rglob("*.py")):
+        if f.name not in ("tune.py", "race.py", "sidecar.py", "bench_matmul.py"):
+            add(f, f.read_bytes())
     core = importlib.util.find_spec("dasllama.core")   # the spec only: core's import needs us
     if core is not None and core.submodule_search_locations:
-        for root in map(Path, core.submodule_search_locations):
-            files += [f for f in sorted(root.rglob("*.py")) if b"njit" in f.read_bytes()]
-    for f in files:
-        if f.exists():
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+        for f in sorted(f for root in core.submodule_search_locations for f in Path(root).rglob("*.py")):
+            data = f.read_bytes()       # read once: filtered and hashed from the same bytes
+            if b"njit" in data:
+                add(f, data)
     return h.hexdigest()[:16]
 
 

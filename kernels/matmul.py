@@ -216,7 +216,6 @@ def _build_matmul():
     return njit(**JIT)(make(selection))
 
 
-
 def set_active(qtype, name, phase=None):
     """Make variant `name` the one `matmul` uses for `qtype` in `phase` ("decode", "prefill",
     None for both); returns the new `matmul`."""
