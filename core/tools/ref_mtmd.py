@@ -77,14 +77,22 @@ def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
     return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])["encode_s"]
 
 
-def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0):
-    """llama-mtmd-cli's greedy output for one turn: (stdout text, stderr)."""
+def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0, tries=10):
+    """llama-mtmd-cli's greedy output for one turn: (stdout text, stderr).
+
+    Its log thread is not flushed at exit, so a run on a busy machine can lose the last tokens
+    of stdout (CI saw "...acon Knight" for "...acon Knightush"); a whole run ends with the
+    blank line it logs after the reply, so only such a run is taken."""
     cli = llama_cpp_dir() / "bin" / "llama-mtmd-cli"
     cmd = [str(cli), "-m", str(model), "--mmproj", str(mmproj), "-p", prompt, "-n", str(n_predict),
            "--temp", "0", "-t", str(n_threads), "--seed", str(seed), "--no-warmup"]
     for image in images:
         cmd += ["--image", str(image)]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"llama-mtmd-cli failed:\n{done.stderr[-3000:]}")
-    return done.stdout, done.stderr
+    for _ in range(tries):
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              errors="replace")
+        if done.returncode != 0:
+            raise RuntimeError(f"llama-mtmd-cli failed:\n{done.stderr[-3000:]}")
+        if done.stdout.endswith("\n\n"):
+            return done.stdout.removesuffix("\n\n"), done.stderr
+    raise RuntimeError(f"llama-mtmd-cli lost the end of its output {tries} times in a row")
