@@ -106,7 +106,7 @@ def create_app(server):
                            "model_not_found", "model")
         check_model(body.model, (server.speaker_alias, "tts-1", "tts-1-hd"))
         media, audio = await _on_worker(server.speaker.worker, server.speaker.run, body.input,
-                                        body.response_format, body.speed)
+                                        body.response_format, body.speed, body.seed)
         return Response(audio, media_type=media)
 
     return app

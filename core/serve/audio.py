@@ -60,9 +60,9 @@ class Speaker:
         self.voice = load_voice(path, n_threads=n_threads)
         self.worker = _worker(self.voice.n_threads)
 
-    def run(self, text, response_format="wav", speed=1.0):
+    def run(self, text, response_format="wav", speed=1.0, seed=None):
         """(media type, body): a 16-bit mono WAV, or the same samples raw (s16le)."""
-        chunks = [samples for _, samples in synthesize(text, self.voice, speed=speed)]
+        chunks = [samples for _, samples in synthesize(text, self.voice, speed=speed, seed=seed)]
         pcm = to_int16(np.concatenate(chunks) if chunks else np.zeros(0, np.float32)).tobytes()
         if response_format == "pcm":
             return "audio/pcm", pcm

@@ -118,3 +118,5 @@ class SpeechRequest(Lenient):
     voice: str | None = None
     response_format: Literal["wav", "pcm"] = "wav"
     speed: float = Field(1.0, ge=0.25, le=4.0)
+    # not OpenAI's: Piper voices draw their noise at random, as piper does; a seed repeats a take
+    seed: int | None = Field(None, ge=0, le=0xFFFFFFFF)

@@ -135,11 +135,18 @@ def test_embeddings_equal_llama_cpp_mean_pooling(client, smollm2_path, llama_bin
 
 def test_speech_then_transcription_round_trip(client):
     sentence = "The quick brown fox jumps over the lazy dog."
-    wav = client.audio.speech.create(model="tts-1", voice="alloy", input=sentence).read()
+    def take(seed):
+        return client.audio.speech.create(model="tts-1", voice="alloy", input=sentence,
+                                          extra_body={"seed": seed}).read()
+    wav = take(3)
+    assert take(3) == wav and take(4) != wav       # Piper's noise is drawn from the seed
     with wave.open(io.BytesIO(wav)) as w:
         assert w.getframerate() == 22050 and w.getnchannels() == 1 and w.getnframes() > 22050
     text = client.audio.transcriptions.create(model="whisper-1", file=("fox.wav", wav), response_format="text")
-    assert text.strip().lower() == sentence.lower()     # tiny.en hears "The Quick Brown Fox"
+    # tiny.en mishears one word in ~1 of 20 takes (2 of 40 random seeds: "jumped", "Quit"), and
+    # a CPU class's last bits can move a take: one word may differ, no more
+    heard, said = text.strip().lower().split(), sentence.lower().split()
+    assert len(heard) == len(said) and sum(a != b for a, b in zip(heard, said)) <= 1, text
     sentence = text.strip()
     verbose = client.audio.transcriptions.create(model="whisper-1", file=("fox.wav", wav),
                                                  response_format="verbose_json")
