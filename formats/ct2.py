@@ -5,13 +5,12 @@ then per variable: name, u8 ndim, u32 dims, u8 dtype, u32 byte count, data; then
 count and (alias, target) name pairs. A string is a u16 length (counting its NUL) + bytes.
 """
 import math
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import map_file, shown
+from . import Cursor, map_file, not_a_download, shown
 
 DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 DTYPE_NAMES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "float16", 5: "bfloat16"}
@@ -41,35 +40,16 @@ class CT2Model:
         return self.aliases.get(name, name) in self.variables
 
 
-class _Cursor:
-    def __init__(self, buf, path):
-        self.buf, self.pos, self.path = buf, 0, path
-
-    def take(self, n):
-        if self.pos + n > len(self.buf):
-            raise CT2Error(f"{self.path}: truncated CTranslate2 model (needs {self.pos + n} bytes, "
-                           f"has {len(self.buf)}); the download or concatenation is incomplete.")
-        start = self.pos
-        self.pos += n
-        return start
-
-    def unpack(self, fmt):
-        size = struct.calcsize(fmt)
-        return struct.unpack_from(fmt, self.buf, self.take(size))
-
-    def string(self):
-        (n,) = self.unpack("<H")
-        raw = bytes(self.buf[self.take(n):self.pos])
-        return raw.rstrip(b"\0").decode("utf-8", "replace")
+def _string(cur):
+    """A u16 length (counting its NUL), then the bytes."""
+    (n,) = cur.unpack("<H")
+    raw = bytes(cur.buf[cur.take(n):cur.pos])
+    return raw.rstrip(b"\0").decode("utf-8", "replace")
 
 
 def _diagnose(path, head):
-    text = head.lstrip().lower()
-    if text.startswith(b"version https://git-lfs"):
-        return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
-    if text.startswith((b"<!doctype html", b"<html")):
-        return (f"{path} is an HTML page, not a model: the download saved a web page (a login "
-                "or error page); download the file itself.")
+    if (said := not_a_download(path, head)) is not None:
+        return said
     if head[:4] == b"GGUF":
         return (f"{path} is a GGUF file, not a CTranslate2 model.bin: a GGUF language model runs with "
                 "`dasllama generate`.")
@@ -84,19 +64,21 @@ def read(path):
     if path.is_dir():
         path = path / "model.bin"
     buf = map_file(path, CT2Error)
-    cur = _Cursor(buf, path)
+    cur = Cursor(buf, lambda pos, n: CT2Error(
+        f"{path}: truncated CTranslate2 model (needs {pos + n} bytes, has {len(buf)}); "
+        f"the download or concatenation is incomplete."))
     if len(buf) < 8:
         raise CT2Error(f"{path} is too short ({len(buf)} bytes) to be a CTranslate2 model; "
                        "download it again.")
     (version,) = cur.unpack("<I")
     if not 1 <= version <= 6:
         raise CT2Error(_diagnose(path, bytes(buf[:64])))
-    spec = cur.string() if version >= 2 else ""
+    spec = _string(cur) if version >= 2 else ""
     (revision,) = cur.unpack("<I") if version >= 3 else (1,)
     model = CT2Model(path, version, spec, revision)
     (count,) = cur.unpack("<I")
     for _ in range(count):
-        name = cur.string()
+        name = _string(cur)
         (ndim,) = cur.unpack("<B")
         shape = cur.unpack(f"<{ndim}I") if ndim else ()
         (dtype,) = cur.unpack("<B")
@@ -117,6 +99,6 @@ def read(path):
     if version >= 5 and cur.pos < len(buf):
         (n_alias,) = cur.unpack("<I")
         for _ in range(n_alias):
-            alias = cur.string()
-            model.aliases[alias] = cur.string()
+            alias = _string(cur)
+            model.aliases[alias] = _string(cur)
     return model

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
 
-from . import shown
+from . import not_a_download, shown
 from .whisper_ggml import is_whisper_ggml
 
 SUPPORTED_VERSIONS = (2, 3)
@@ -102,13 +102,8 @@ class GGUFFile:
 
 def _diagnose_foreign(path, head):
     """Name what a non-GGUF file is, from its first bytes."""
-    text = head.lstrip().lower()
-    if text.startswith(b"version https://git-lfs"):
-        return (f"{path} is a git-lfs pointer, not a model: fetch the real file "
-                "(git lfs pull) or download it again.")
-    if text.startswith((b"<!doctype html", b"<html")):
-        return (f"{path} is an HTML page, not a model: the download saved a web page "
-                "(a login or error page); download the file itself.")
+    if (said := not_a_download(path, head)) is not None:
+        return said
     if is_whisper_ggml(head):
         return (f"{path} is a whisper.cpp speech model, not a GGUF language model: transcribe "
                 "with it (`dasllama transcribe -m`).")

@@ -5,6 +5,7 @@ the `onnx` package. The engine never runs the graph; it walks it to learn what t
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import not_a_download
 
 
 class OnnxError(ValueError):
@@ -40,8 +41,8 @@ class OnnxModel:
 
 
 def _diagnose(path, head):
-    if head.startswith(b"version https://git-lfs"):
-        return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
+    if (said := not_a_download(path, head)) is not None:
+        return said
     if head[:4] == b"GGUF":
         return f"{path} is a GGUF file, not an ONNX model."
     if head[:4] == b"RIFF" or head[:4] in (b"fLaC", b"OggS"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from . import map_file, shown
+from . import Cursor, map_file, not_a_download, shown
 
 MAGIC = 0x67676D6C
 HPARAMS = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
@@ -51,12 +51,8 @@ class WhisperGGML:
 
 
 def _diagnose(path, head):
-    text = head.lstrip().lower()
-    if text.startswith(b"version https://git-lfs"):
-        return f"{path} is a git-lfs pointer, not a model: fetch the real file (git lfs pull)."
-    if text.startswith((b"<!doctype html", b"<html")):
-        return (f"{path} is an HTML page, not a model: the download saved a web page (a login "
-                "or error page); download the file itself.")
+    if (said := not_a_download(path, head)) is not None:
+        return said
     if head.startswith(b"GGUF"):
         return (f"{path} is a GGUF file, not a whisper.cpp ggml .bin: a GGUF language model runs with "
                 "`dasllama generate`.")
@@ -77,22 +73,17 @@ def is_whisper_ggml(head):
     return n_mel in (80, 128) and n_fft == 201
 
 
-class _Cursor:
-    def __init__(self, buf, path):
-        self.buf, self.pos, self.path = buf, 0, path
-
-    def take(self, n):
+def _cursor(buf, path):
+    def bad(pos, n):
         if n < 0:
-            raise GGMLError(f"{self.path} is corrupt: a length of {n} at byte {self.pos}.")
-        if self.pos + n > len(self.buf):
-            raise GGMLError(f"{self.path} is truncated: the whisper.cpp model ends at byte "
-                            f"{len(self.buf)}, data runs on to byte {self.pos + n}; download it again.")
-        start = self.pos
-        self.pos += n
-        return start
+            return GGMLError(f"{path} is corrupt: a length of {n} at byte {pos}.")
+        return GGMLError(f"{path} is truncated: the whisper.cpp model ends at byte {len(buf)}, "
+                         f"data runs on to byte {pos + n}; download it again.")
+    return Cursor(buf, bad)
 
-    def ints(self, n):
-        return struct.unpack_from(f"<{n}i", self.buf, self.take(4 * n))
+
+def _ints(cur, n):
+    return cur.unpack(f"<{n}i")
 
 
 def read(path):
@@ -103,41 +94,41 @@ def read(path):
     buf = map_file(path, GGMLError)
     if len(buf) < 56 or struct.unpack_from("<I", buf, 0)[0] != MAGIC:
         raise GGMLError(_diagnose(path, bytes(buf[:64])))
-    cur = _Cursor(buf, path)
+    cur = _cursor(buf, path)
     cur.take(4)
-    hparams = dict(zip(HPARAMS, cur.ints(len(HPARAMS))))
-    n_mel, n_fft = cur.ints(2)
+    hparams = dict(zip(HPARAMS, _ints(cur, len(HPARAMS))))
+    n_mel, n_fft = _ints(cur, 2)
     start = cur.take(4 * n_mel * n_fft)
     filters = buf[start:cur.pos].view(np.float32).reshape(n_mel, n_fft)
-    (n_tokens,) = cur.ints(1)
+    (n_tokens,) = _ints(cur, 1)
     tokens = []
     for _ in range(n_tokens):
-        (length,) = cur.ints(1)
+        (length,) = _ints(cur, 1)
         start = cur.take(length)
         tokens.append(bytes(buf[start:cur.pos]))
     model = WhisperGGML(path, hparams, filters, tokens)
     while cur.pos < len(buf):
-        n_dims, name_len, qtype = cur.ints(3)
+        n_dims, name_len, qtype = _ints(cur, 3)
         if not 0 < n_dims <= 4:
             raise GGMLError(f"{path}: tensor with {n_dims} dims at byte {cur.pos}.")
-        ne = cur.ints(n_dims)
+        ne = _ints(cur, n_dims)
         if min(ne) < 1:
             raise GGMLError(f"{path}: a tensor at byte {cur.pos} claims dimensions {ne}; the "
                             "file is corrupt.")
         start = cur.take(name_len)
         name = bytes(buf[start:cur.pos]).decode("utf-8", "replace")
-        model.tensors[name] = _tensor(cur, name, qtype, ne)
+        model.tensors[name] = _tensor(cur, path, name, qtype, ne)
     return model
 
 
-def _tensor(cur, name, qtype, ne):
+def _tensor(cur, path, name, qtype, ne):
     try:
         block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
     except (ValueError, KeyError):
-        raise GGMLError(f"{cur.path}: tensor {shown(name)} has unknown ggml type {qtype}; the "
+        raise GGMLError(f"{path}: tensor {shown(name)} has unknown ggml type {qtype}; the "
                         "file is corrupt or newer than dasllama.") from None
     if ne[0] % block:
-        raise GGMLError(f"{cur.path}: tensor {shown(name)} rows of {ne[0]} are not whole blocks; "
+        raise GGMLError(f"{path}: tensor {shown(name)} rows of {ne[0]} are not whole blocks; "
                         "the file is corrupt.")
     n_rows = math.prod(ne[1:])
     row_bytes = ne[0] // block * block_bytes
