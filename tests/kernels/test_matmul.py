@@ -47,6 +47,13 @@ def _dequantised_act(qtype, x, bufs):
     return xf.astype(np.float64)
 
 
+def _every_variant_gives(ref, qtype, w, n_rows, x):
+    """Each of the format's variants, called by name, gives `ref` bit for bit."""
+    for name, _ in M.VARIANTS[qtype]:
+        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
+        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+
+
 def _ref(qtype, w, x):
     n_tokens, n_cols = x.shape
     n_rows = w.size // Q.row_bytes(qtype, n_cols)
@@ -92,9 +99,7 @@ def test_every_variant_is_bit_identical_to_the_reference(qtype):
     n_rows, n_tokens = 19, 7
     w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=3)
     ref, _ = _ref(qtype, w, x)
-    for name, _ in M.VARIANTS[qtype]:
-        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
-        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+    _every_variant_gives(ref, qtype, w, n_rows, x)
     for n in (1, 2):  # decode and a short prefill take the T=1 / small-T paths
         got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x[:n])
         if not np.array_equal(got, ref[:n]):
@@ -118,9 +123,7 @@ def test_float_variants_on_both_ggml_folds(qtype, n_rows, n_cols):
     # rows % 4 == 0, cols % 16 == 0) keeps one 16-lane accumulator: (8, 48) takes it
     w, x = _case(qtype, n_rows=n_rows, n_cols=n_cols, n_tokens=7, seed=4)
     ref, _ = _ref(qtype, w, x)
-    for name, _ in M.VARIANTS[qtype]:
-        got = M.matmul_f32(qtype, w, n_rows, n_cols, x, variant=name)
-        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+    _every_variant_gives(ref, qtype, w, n_rows, x)
 
 
 def test_float_folds_agree_closely_across_the_switch():
@@ -170,9 +173,7 @@ def test_k_quant_variants_on_llama_cpp_batch_paths(qtype, n_rows, n_tokens):
     # fold; 19 rows: not repacked; from 9 tokens the tiled K-quant matmul takes every token
     w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=6)
     ref, _ = _ref(qtype, w, x)
-    for name, _ in M.VARIANTS[qtype]:
-        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
-        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+    _every_variant_gives(ref, qtype, w, n_rows, x)
     n_batch, path = D.gemm_tokens(qtype, n_rows, x.shape[1], n_tokens)
     if path != D.PATH_VEC and n_batch:   # the batch fold is not the gemv's on these tokens
         one = np.concatenate([M.matmul_f32(qtype, w, n_rows, x.shape[1], x[t:t + 1]) for t in range(n_batch)])
@@ -185,9 +186,7 @@ def test_variants_on_full_token_tiles(qtype, n_rows, n_tokens):
     # enough tokens that every tile shape (up to 12 tokens) runs full tiles and a tail
     w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=7)
     ref, _ = _ref(qtype, w, x)
-    for name, _ in M.VARIANTS[qtype]:
-        got = M.matmul_f32(qtype, w, n_rows, x.shape[1], x, variant=name)
-        np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), err_msg=name)
+    _every_variant_gives(ref, qtype, w, n_rows, x)
 
 
 @pytest.mark.parametrize("qtype", [pytest.param(q, id=Q.type_name(q)) for q in (Q.Q8_0, Q.Q5_0)])
