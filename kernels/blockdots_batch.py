@@ -92,6 +92,9 @@ class _Tiled:
 FMTS = {fmt.ID: fmt.BLOCK_DOT for fmt in formats.FORMATS if hasattr(fmt, "BLOCK_DOT")}
 # The formats whose dots without VNNI take unsigned quants, and their offset (see q5_0.BlockDot).
 UNSIGNED_OFFSET = {q: dot.offset for q, dot in FMTS.items() if getattr(dot, "offset", 0)}
+# Those whose VNNI dots take them unsigned too, starting vpdpbusd from -offset * the token's
+# sums of four (simd.offset_quad_sums).
+VNNI_UNSIGNED = frozenset(q for q, dot in FMTS.items() if getattr(dot, "vnni_unsigned", False))
 # The formats with a 512-bit two-pairs-per-vector tile (vpdpbusd on zmm; gemv fold only).
 WIDE_FMTS = {fmt.ID: Wide8(fmt.BLOCK_DOT) for fmt in formats.FORMATS if getattr(fmt, "WIDE", False)}
 # The formats whose batch paths fold unlike their gemv/vec_dot (dots.gemm_tokens says which

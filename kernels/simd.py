@@ -14,7 +14,7 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .cpu import llvm_has
-from .blockdots_batch import FMTS, GEMM_FMTS, TILED_FMTS, UNSIGNED_OFFSET, WIDE_FMTS
+from .blockdots_batch import FMTS, GEMM_FMTS, TILED_FMTS, UNSIGNED_OFFSET, VNNI_UNSIGNED, WIDE_FMTS
 from .ir import F32T, F64T, HALF, I8, I16, I32, I64, V16F32, V16I32, Gen, i64_call, keep_alive, vec
 from .dots import PATH_GEMM, PATH_TILED, PATH_VEC, gemm_tokens
 from .quants import BF16, BLOCK_BYTES, BLOCK_ELEMS, F16, F32, JIT, row_bytes
@@ -297,7 +297,7 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
     main_tiled = tile_intrinsic(qtype, rows, tokens, vnni, PATH_TILED) if tiled else main_vec
     single_tiled = tile_intrinsic(qtype, rows1, 1, vnni, PATH_TILED) if tiled else single
     be = int(BLOCK_ELEMS[qtype])
-    offset = 0 if vnni else UNSIGNED_OFFSET.get(qtype, 0)
+    offset = UNSIGNED_OFFSET.get(qtype, 0) if not vnni or qtype in VNNI_UNSIGNED else 0
 
     @njit(**JIT, parallel=True)
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
@@ -308,11 +308,14 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
         xs = xf.strides[0] if is_float else xq.strides[0]
         dp, ap, op = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data), np.int64(out.ctypes.data)
         ds, as_, os = xd.strides[0], xa.strides[0], out.strides[0]
-        if offset:      # a compile-time constant: other formats allocate nothing here
-            sums = offset_sums(xq, n_tokens, n_cols, offset)
-            ap, as_ = np.int64(sums.ctypes.data), sums.strides[0]
-        else:
-            sums = xa
+        if offset:      # a compile-time constant: other formats compute nothing here
+            # into xf, which the Q8_0 activations these formats take leave unused
+            if vnni:
+                offset_quad_sums(xq, n_tokens, n_cols, offset, xf)
+            else:
+                offset_sums(xq, n_tokens, n_cols, offset, xf)
+            ap, as_ = np.int64(xf.ctypes.data), xf.strides[0]
+        sums = xf
         n_batch, path = gemm_tokens(qtype, n_rows, n_cols, n_tokens)
         if path == PATH_VEC:
             n_batch = n_tokens        # one fold for all: the main tiles serve the gemv fold
@@ -350,14 +353,28 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
 
 
 @njit(**JIT)
-def offset_sums(xq, n_tokens, n_cols, offset):
-    """offset * (x[2i] + x[2i+1]) of each token's int8 quants as int16 (T, n_cols // 2):
-    what the unsigned Q4_0/Q5_0 dots (blockdots_batch.UNSIGNED_OFFSET) take from their pmaddubsw
-    pairs (at most 16 * 254 in magnitude)."""
-    sums = np.empty((n_tokens, n_cols // 2), np.int16)
-    for t in range(sums.shape[0]):
+def offset_sums(xq, n_tokens, n_cols, offset, out):
+    """offset * (x[2i] + x[2i+1]) of each token's int8 quants as int16, n_cols // 2 of them at
+    the start of each row of `out` (T, >= n_cols // 4 f32, its bytes reused): what the unsigned
+    Q4_0/Q5_0 dots (blockdots_batch.UNSIGNED_OFFSET) take from their pmaddubsw pairs (at most
+    16 * 254 in magnitude)."""
+    for t in range(n_tokens):
         row = xq[t]
-        dst = sums[t]
+        dst = out[t].view(np.int16)
         for i in range(n_cols // 2):
             dst[i] = np.int16(offset) * (np.int16(row[2 * i]) + np.int16(row[2 * i + 1]))
-    return sums
+
+
+@njit(**JIT)
+def offset_quad_sums(xq, n_tokens, n_cols, offset, out):
+    """-offset * (x[4i] + ... + x[4i+3]) of each token's int8 quants as int32, n_cols // 4 of
+    them at the start of each row of `out` (T, >= n_cols // 4 f32, its bytes reused): the
+    starting sums from which vpdpbusd of the unsigned quants u = q + offset leaves exactly
+    ggml's lanes of q*x (blockdots_batch.VNNI_UNSIGNED)."""
+    for t in range(n_tokens):
+        row = xq[t]
+        dst = out[t].view(np.int32)
+        for i in range(n_cols // 4):
+            j = 4 * i
+            dst[i] = -np.int32(offset) * (np.int32(row[j]) + np.int32(row[j + 1]) + np.int32(row[j + 2])
+                                          + np.int32(row[j + 3]))

@@ -7,8 +7,8 @@ from gguf import quants as gq
 from gguf.constants import GGMLQuantizationType
 from numba import njit
 
-from ..blockdots import lanes_unsigned, tok_unsigned
-from ..ir import I32, V32I8
+from ..blockdots import lanes_unsigned, tok_q8, tok_unsigned
+from ..ir import I32, I64, V8I32, V32I8
 from . import q8_0
 from .common import ACT_Q8_0, FOLD_LANES8, JIT, block_size, f16_at, u32_at
 
@@ -56,13 +56,15 @@ def _as_q8_0(src, out):
 # --- the IR block dot of simd.py's tiles -------------------------------------------------
 
 class BlockDot(q8_0.BlockDot):
-    """Q5_0 against Q8_0 activations. Without VNNI the quants stay unsigned, u = q + 16 in
-    [0, 31], so pmaddubsw takes them as they unpack (no psign of the row, none of the token
-    by the row's signs, no -16): its int16 pairs are then u*x pairs, from which the token's
-    pair sums times 16 (simd.offset_sums, computed once per call: xa points there) are taken
-    before pmaddwd. Each int32 lane is exactly ggml's sum of four q*x, so the fold is the
-    same."""
+    """Q5_0 against Q8_0 activations. The quants stay unsigned, u = q + 16 in [0, 31], as they
+    unpack (no -16, no psign of the row, none of the token by the row's signs), and the
+    token's sums times 16 come off. Without VNNI pmaddubsw forms u*x pairs, less the token's
+    pair sums times 16 (simd.offset_sums), then pmaddwd; with it vpdpbusd forms u*x fours
+    starting from -16 * the token's sums of four (simd.offset_quad_sums). The sums are made
+    once per call; xa points at them. Each int32 lane is exactly ggml's sum of four q*x, so
+    the fold is the same. (The 512-bit wide tiles take the signed quants.)"""
     offset = 16
+    vnni_unsigned = True
 
     def quants(self, g, p):
         q = g.b.sub(self.unsigned(g, p), g.c(V32I8, self.offset))
@@ -72,21 +74,19 @@ class BlockDot(q8_0.BlockDot):
         return g.b.or_(g.nibbles(p, 6), g.bits32(g.load(p, 2, I32)))
 
     def row(self, g, p):
-        if g.vnni:
-            return super().row(g, p)
         return g.splat(g.f16(p, 0), 8), self.unsigned(g, p)
 
     def tok(self, g, x, xd, xa, b):
         if g.vnni:
-            return super().tok(g, x, xd, xa, b)
+            (q,), d = tok_q8(g, x, xd, xa, b, 32)
+            return q, g.splat(d, 8), g.load(xa, g.b.mul(b, g.c(I64, 32)), V8I32)
         q, d, sums = tok_unsigned(g, x, xd, xa, b)
         return q, g.splat(d, 8), sums
 
     def pair(self, g, R, X, acc):
-        if g.vnni:
-            return super().pair(g, R, X, acc)
         (dw, uw), (qx, dx, sums) = R, X
-        return (g.fma(g.b.fmul(dw, dx), g.cvt(lanes_unsigned(g, uw, qx, sums)), acc[0]), acc[1])
+        lanes = g.dpbusd(sums, uw, qx) if g.vnni else lanes_unsigned(g, uw, qx, sums)
+        return (g.fma(g.b.fmul(dw, dx), g.cvt(lanes), acc[0]), acc[1])
 
 
 BLOCK_DOT = BlockDot()

@@ -363,9 +363,21 @@ def test_offset_sums_are_each_tokens_pair_sums_times_the_offset(offset):
     at the int8 extremes too (16 * -254 must not wrap in int16)."""
     xq = np.random.default_rng(3).integers(-127, 128, (3, 64), dtype=np.int8)
     xq[0], xq[1] = -127, 127
-    got = simd.offset_sums(xq, 3, 64, offset)
+    out = np.full((3, 64), np.nan, np.float32)        # the kernels hand over their f32 buffer
+    simd.offset_sums(xq, 3, 64, offset, out)
     want = offset * (xq[:, 0::2].astype(np.int32) + xq[:, 1::2])
-    assert got.dtype == np.int16 and np.array_equal(got, want)
+    assert np.array_equal(out.view(np.int16)[:, :32], want)
+
+
+@pytest.mark.parametrize("offset", [16])
+def test_offset_quad_sums_are_minus_the_offset_times_each_tokens_sums_of_four(offset):
+    """The VNNI Q5_0 dot starts vpdpbusd of its unsigned quants from these."""
+    xq = np.random.default_rng(4).integers(-127, 128, (3, 64), dtype=np.int8)
+    xq[0], xq[1] = -127, 127
+    out = np.full((3, 64), np.nan, np.float32)
+    simd.offset_quad_sums(xq, 3, 64, offset, out)
+    want = -offset * xq.astype(np.int32).reshape(3, 16, 4).sum(axis=2)
+    assert np.array_equal(out.view(np.int32)[:, :16], want)
 
 
 @pytest.mark.parametrize("qtype", TYPES)
