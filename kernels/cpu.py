@@ -38,6 +38,14 @@ class CpuInfo:
         return classes_of(self.features)[0]
 
 
+def build_key(info=None):
+    """One line naming what native code built here may use: the machine and the RELEVANT
+    features. A build made with -march=native (the llama.cpp reference) is kept under it, and
+    another CPU with a different key must not run it (an AVX-512 build dies of SIGILL on AVX2)."""
+    info = info or probe()
+    return f"{info.machine}:{','.join(sorted(info.features))}"
+
+
 def classes_of(features):
     """Every class whose features this CPU has, most specific first (ends with "generic")."""
     return [name for name, need in CLASSES if need <= features]

@@ -14,6 +14,7 @@ from pathlib import Path
 import platformdirs
 
 from dasllama.core.tools.receipt import sha256_file
+from dasllama.core.tools.ref_llama import built_for_this_cpu
 from dasllama.core.tools.ref_seed import cached_seed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,11 +154,11 @@ def llama_cpp_bin(build=True):
     """
     bindir = CACHE / "ref" / f"llama.cpp-{LLAMA_CPP_VERSION}" / "bin"
     if ((bindir / "llama-completion").exists() and (bindir / "llama-bench").exists()
-            and (bindir.parent / "lib" / "libllama.so").exists()):
+            and (bindir.parent / "lib" / "libllama.so").exists() and built_for_this_cpu(bindir.parent)):
         return bindir
     if not build:
         return None
-    env = dict(os.environ, DASLLAMA_CACHE=str(CACHE))
+    env = dict(os.environ, DASLLAMA_CACHE=str(CACHE), PYTHON=sys.executable)
     done = subprocess.run(["bash", str(ROOT / ".ci" / "build-llama-cpp")], env=env,
                           stdout=subprocess.PIPE, text=True)
     return bindir if done.returncode == 0 and (bindir / "llama-completion").exists() else None
@@ -214,8 +215,9 @@ def mtmd_media(name="test-1.jpeg"):
 def llama_mtmd_bin():
     """Bin dir holding llama-mtmd-cli (lib/ holding libmtmd.so), building what is missing."""
     bindir = CACHE / "ref" / f"llama.cpp-{LLAMA_CPP_VERSION}" / "bin"
-    if not ((bindir / "llama-mtmd-cli").exists() and (bindir.parent / "lib" / "libmtmd.so").exists()):
-        env = dict(os.environ, DASLLAMA_CACHE=str(CACHE))
+    if not ((bindir / "llama-mtmd-cli").exists() and (bindir.parent / "lib" / "libmtmd.so").exists()
+            and built_for_this_cpu(bindir.parent)):
+        env = dict(os.environ, DASLLAMA_CACHE=str(CACHE), PYTHON=sys.executable)
         subprocess.run(["bash", str(ROOT / ".ci" / "build-llama-cpp")], env=env,
                        stdout=subprocess.DEVNULL)
     if not (bindir / "llama-mtmd-cli").exists():

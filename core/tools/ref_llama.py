@@ -45,6 +45,14 @@ def cached_build():
     return cache_dir() / "ref" / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
 
 
+def built_for_this_cpu(root):
+    """The build at root was made (GGML_NATIVE) on a CPU with this one's features: its CPU file,
+    written last by .ci/build-llama-cpp, holds cpu.build_key() of the machine that built it."""
+    from dasllama.kernels.cpu import build_key
+    stamp = Path(root) / "CPU"
+    return stamp.exists() and stamp.read_text().strip() == build_key()
+
+
 @dataclass(frozen=True)
 class Reference:
     """Where the reference's parts are; any may be absent (None)."""
@@ -255,6 +263,10 @@ def find_reference(bin_dir=None):
         tools = Path(shutil.which("llama-completion") or shutil.which("llama-bench")).resolve().parent
         origin = "PATH"
     elif any((cached_build() / "bin" / t).exists() for t in TOOLS):
+        if not built_for_this_cpu(cached_build()):
+            raise ReferenceError(f"the llama.cpp build in {cached_build()} was made for another CPU "
+                                 "(its native code may not run here): `bash .ci/build-llama-cpp` "
+                                 "rebuilds it for this one")
         tools, origin = cached_build() / "bin", f"dasllama cache ({cached_build()})"
     else:
         tools, origin = None, "llama_cpp in the environment"

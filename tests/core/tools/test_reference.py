@@ -3,7 +3,9 @@ the bindings and through llama-completion, and reading llama-eval-callback's ten
 import numpy as np
 import pytest
 
+from dasllama.core.tools import ref_llama
 from dasllama.core.tools.ref_llama import ReferenceError, find_reference
+from dasllama.kernels.cpu import build_key
 
 PROMPT = "The capital of France is"
 
@@ -16,6 +18,21 @@ def ref(llama_bin):
 def test_a_dir_without_tools_is_an_error_that_says_how_to_get_them(tmp_path):
     with pytest.raises(ReferenceError, match="llama-cpp-python"):
         find_reference(tmp_path)
+
+
+def test_a_cached_build_stamped_with_another_cpu_is_refused(tmp_path, monkeypatch):
+    # a native build made on another CPU class may die of SIGILL here: it is not used
+    root = tmp_path / "llama.cpp"
+    monkeypatch.setattr(ref_llama, "cached_build", lambda: root)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")          # no llama.cpp tools on PATH
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "llama-bench").write_text("")
+    (root / "CPU").write_text("x86_64:avx,avx2,fma")
+    with pytest.raises(ReferenceError, match="made for another CPU"):
+        find_reference()
+    assert not ref_llama.built_for_this_cpu(root)
+    (root / "CPU").write_text(build_key() + "\n")          # as .ci/build-llama-cpp writes it
+    assert ref_llama.built_for_this_cpu(root)
 
 
 @pytest.mark.slow
