@@ -8,10 +8,10 @@ import numpy as np
 from numba import njit, prange
 
 from .actq import round_f16
-from .cpu import probe
+from .cpu import llvm_has, probe
 from .dots import hsum8
 from .fa_tiles import f16_dot_lanes, outer_tile
-from .ir import f16_to_f32, f32_to_f16, fma_f32, keep_alive
+from .ir import f16_to_f32, f32_to_f16, fma_f16, fma_f32, keep_alive
 from .ops import EXP_LANES, row_max, v_expf
 
 # ggml's tiled flash attention (f32 throughout) serves batches of at least this many queries;
@@ -20,6 +20,11 @@ FA_TILE_Q = 64
 # f32 lanes of ggml's F16 vectors on this CPU: 16 with AVX-512 (GGML_F32Cx16), 8 with AVX2
 # (GGML_F32Cx8). Only K.Q's reduction depends on it; the element-wise f16 ops do not.
 F16_LANES = 16 if "avx512f" in probe().features else 8
+# ggml's f16 vector ops in half precision: built for a CPU with AVX512-FP16 (Sapphire Rapids
+# and later), ggml_vec_mad_f16 and ggml_vec_scale_f16 (the one-chunk path's V accumulator) run
+# their first n & ~127 elements as native half lanes (the factor rounded to half, one rounding
+# per fma or mul) and only the rest in float32; elsewhere all of it in float32 lanes.
+F16_HALF_STEP = 128 if llvm_has("avx512fp16") else 0
 
 
 @njit(cache=True, boundscheck=False)
@@ -128,6 +133,7 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
     acc[:] = 0.0
     M = np.float32(-np.inf)
     S = np.float32(0.0)
+    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0   # native half lanes
     for j in range(j0, j1):
         if not sees(kpos[j], p, n_swa, causal):
             continue
@@ -140,11 +146,17 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
         if s > M:
             ms = np.float32(math.exp(M - s))
             M = s
-            for d in range(head_dim_v):
+            ms_half = round_f16(ms)
+            for d in range(n_half):
+                acc[d] = round_f16(acc[d] * ms_half)     # the product of two halves is exact in f32
+            for d in range(n_half, head_dim_v):
                 acc[d] = round_f16(acc[d] * ms)
         else:
             vs = np.float32(math.exp(s - M))
-        for d in range(head_dim_v):
+        vs_half = f32_to_f16(vs)
+        for d in range(n_half):
+            acc[d] = f16_to_f32(fma_f16(vrow[d], vs_half, f32_to_f16(acc[d])))
+        for d in range(n_half, head_dim_v):
             acc[d] = round_f16(fma_f32(f16_to_f32(vrow[d]), vs, acc[d]))
         S = fma_f32(S, ms, vs)
     return M, S

@@ -51,6 +51,21 @@ def max_f32(typingctx, a, b):
 
 
 @intrinsic
+def fma_f16(typingctx, a, b, c):
+    """IEEE half bits of a*b + c for half bits a, b, c, rounded once to half (llvm.fma.f16):
+    one lane of AVX512-FP16's vfmadd*ph. Exact only where the CPU numba compiles for has
+    avx512fp16; elsewhere LLVM widens it to float32 and rounds twice."""
+    sig = types.uint16(types.uint16, types.uint16, types.uint16)
+
+    def codegen(context, builder, signature, args):
+        halves = [builder.bitcast(v, HALF) for v in args]
+        r = _call(builder, "llvm.fma.f16", ir.FunctionType(HALF, [HALF, HALF, HALF]), halves)
+        return builder.bitcast(r, I16)
+
+    return sig, codegen
+
+
+@intrinsic
 def f16_to_f32(typingctx, bits):
     """The float32 value of IEEE half `bits` (a uint16): exact, like F16C vcvtph2ps."""
     sig = types.float32(types.uint16)

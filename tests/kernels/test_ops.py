@@ -200,3 +200,24 @@ def test_tiled_attention_rows_do_not_depend_on_their_block(n_swa):
     assert T - skip >= attn.FA_TILE_Q and skip % attn.FA_ROWS
     attn.attention(q[skip:], pos[skip:], kc, vc, pos, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, True, part)
     np.testing.assert_array_equal(part.view(np.uint32), whole[skip:].view(np.uint32))
+
+
+@pytest.mark.skipif(not attn.F16_HALF_STEP, reason="the half-precision V accumulator is ggml's on AVX512-FP16 CPUs only")
+def test_fma_f16_rounds_once_as_avx512_fp16_does():
+    from numba import njit
+    from dasllama.kernels.ir import fma_f16
+
+    @njit
+    def run(a, b, c, out):
+        for i in range(a.size):
+            out[i] = fma_f16(a[i], b[i], c[i])
+
+    rng = np.random.default_rng(7)
+    a, b, c = (rng.standard_normal(20000).astype(np.float16) * s for s in (4, 1, 8))
+    b[:200] = np.float16(2.0) ** -rng.integers(1, 24, 200)          # softmax factors down to subnormal
+    out = np.empty(a.size, np.uint16)
+    run(a.view(np.uint16), b.view(np.uint16), c.view(np.uint16), out)
+    # the product of two halves and the sum with a third are exact in float64 at these ranges,
+    # and numpy rounds float64 to half once
+    want = (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float16)
+    np.testing.assert_array_equal(out, want.view(np.uint16))
