@@ -13,9 +13,12 @@ import math
 
 import numpy as np
 
+from dasllama.kernels.tts.conv import CONV_ROWS, conv1d_tiled
 from dasllama.kernels.tts.intdot import conv_int, int_weights, matmul_int
 from dasllama.kernels.tts.lstm import lstm, recurrent_weights
 from dasllama.kernels.tts.quant import dynamic_quantize
+
+from . import elementwise
 
 F32 = np.float32
 _ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
@@ -85,6 +88,22 @@ def conv_integer(ins, attrs):
     return [np.ascontiguousarray(matmul_int(cols, x_zp, flat).T)[None]]
 
 
+def _tile_taps(w, bias):
+    """A float conv's W (C_out, C_in, K) as the tiles' taps (K, C_out, C_in) and its bias,
+    C_out rounded up to the tiles' rows with zero rows (cut from the result)."""
+    key = (id(w), id(bias), "taps")
+    if key not in _weights_cache:
+        c_out, c_in, k = w.shape
+        rows = -(-c_out // CONV_ROWS) * CONV_ROWS
+        taps = np.zeros((k, rows, c_in), F32)
+        taps[:, :c_out] = w.transpose(2, 0, 1)
+        bias_rows = np.zeros(rows, F32)
+        if bias is not None:
+            bias_rows[:c_out] = bias
+        _weights_cache[key] = ((taps, bias_rows), w, bias)
+    return _weights_cache[key][0]
+
+
 def conv(ins, attrs):
     x, w = ins[0].astype(F32, copy=False), ins[1]
     bias = ins[2] if len(ins) > 2 else None
@@ -93,6 +112,9 @@ def conv(ins, attrs):
         raise NotImplementedError("Conv other than 1-D, batch 1")
     c_out, c_group, k = w.shape
     pads, dil, stride = attrs.get("pads", [0, 0]), attrs.get("dilations", [1])[0], attrs.get("strides", [1])[0]
+    if groups == 1 and stride == 1:
+        taps, bias_rows = _tile_taps(w, bias)
+        return [conv1d_tiled(x[0], taps, bias_rows, pads, dil)[None, :c_out]]
     outs = []
     per_out = c_out // groups
     for g in range(groups):
@@ -371,17 +393,21 @@ def _dequantize_linear(ins, attrs):
 
 
 def _binary(fn):
+    if isinstance(fn, np.ufunc):
+        return lambda ins, attrs: [elementwise.apply(fn, ins[0], ins[1])]
     return lambda ins, attrs: [fn(ins[0], ins[1])]
 
 
 def _unary(fn):
+    if isinstance(fn, np.ufunc):
+        return lambda ins, attrs: [elementwise.apply(fn, ins[0])]
     return lambda ins, attrs: [fn(ins[0])]
 
 
 def _div(a, b):
     if np.issubdtype(a.dtype, np.integer) and np.issubdtype(np.asarray(b).dtype, np.integer):
         return np.trunc(a / b).astype(a.dtype)
-    return a / b
+    return elementwise.apply(np.true_divide, a, b)
 
 
 def _softmax(ins, attrs):
@@ -436,7 +462,7 @@ def _matmul(a, b):
 
 def _pow(a, b):
     if np.asarray(b).size == 1 and float(np.asarray(b).reshape(-1)[0]) == 2.0:
-        return a * a
+        return elementwise.apply(np.multiply, a, a)
     return np.power(a, b).astype(a.dtype, copy=False)
 
 
