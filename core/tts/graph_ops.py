@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from dasllama.kernels.tts.conv import CONV_ROWS, conv1d_tiled
-from dasllama.kernels.tts.intdot import conv_int, int_weights, matmul_int
+from dasllama.kernels.tts.intdot import conv_int, int_weights, matmul_int, scale_rows
 from dasllama.kernels.tts.lstm import lstm, recurrent_weights
 from dasllama.kernels.tts.quant import dynamic_quantize
 
@@ -86,6 +86,17 @@ def conv_integer(ins, attrs):
     cols = _im2col(xs, k, (0, 0), dilation, stride)                     # (L_out, C_in * K)
     flat = _weights(w, w_zp, flat=True)
     return [np.ascontiguousarray(matmul_int(cols, x_zp, flat).T)[None]]
+
+
+def conv_integer_scaled(ins, attrs):
+    """ConvInteger, + its int32 bias, as float32, x its scale: graph.fuse_scaled_convs' node."""
+    acc = conv_integer(ins[:4], attrs)[0][0]                              # (C_out, L_out) int32
+    bias, scale = np.asarray(ins[4]), np.asarray(ins[5])
+    if bias.dtype != np.int32 or bias.size != acc.shape[0] or scale.dtype != F32 or scale.size != 1:
+        return [np.multiply((acc[None] + bias).astype(F32), scale)]
+    out = np.empty((1,) + acc.shape, F32)
+    scale_rows(acc, bias.reshape(-1), scale.reshape(-1)[0], out[0])
+    return [out]
 
 
 def _tile_taps(w, bias):
@@ -486,6 +497,7 @@ OPS = {
     "ScatterND": _scatter_nd, "ReduceMean": reduce(np.mean), "ReduceSum": reduce(np.sum),
     "DequantizeLinear": _dequantize_linear, "DynamicQuantizeLinear": dynamic_quantize_linear,
     "MatMulInteger": matmul_integer, "ConvInteger": conv_integer, "Conv": conv,
+    "ConvIntegerScaled": conv_integer_scaled,
     "ConvTranspose": conv_transpose, "DynamicQuantizeLSTM": dynamic_quantize_lstm,
     "LayerNormalization": layer_normalization, "SkipLayerNormalization": skip_layer_normalization,
     "FastGelu": fast_gelu, "FusedMatMul": fused_matmul,

@@ -230,6 +230,16 @@ def product_kernel(rows, width, lanes, vnni):
 _run = product_kernel(ROWS, WIDTH, LANES, VNNI)
 
 
+@njit(**PAR)
+def scale_rows(acc, bias, scale, out):
+    """out (N, T) float32 = float32(acc (N, T) int32 + bias[n]) * scale: ORT's Add, Cast and
+    Mul after a quantised conv, in that order, one pass."""
+    for n in prange(acc.shape[0]):
+        b = bias[n]
+        for t in range(acc.shape[1]):
+            out[n, t] = np.float32(acc[n, t] + b) * scale
+
+
 def _lanes_for(n):
     return -(-n // LANES) * LANES
 

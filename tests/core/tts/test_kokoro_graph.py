@@ -21,7 +21,10 @@ def _feeds(model_path):
             "speed": np.ones(1, np.float32)}
 
 
-def test_each_op_matches_onnxruntime():
+# fused: the quantised convs with their scaling as one op (graph.fuse_scaled_convs), whose
+# int32 sums the unfused run checks bit for bit
+@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+def test_each_op_matches_onnxruntime(fuse):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     from dasllama.core.tts.graph import Graph
@@ -54,7 +57,9 @@ def test_each_op_matches_onnxruntime():
                 worst[step.op] = max(worst.get(step.op, 0.0), err)
             values[o] = want                   # the next op reads the reference's value
 
-    Graph(onnx_file.read(path)).run(feeds, trace=check)
+    graph = Graph(onnx_file.read(path), fuse=fuse)
+    assert ("ConvIntegerScaled" in {s.op for s in graph.steps}) == fuse
+    graph.run(feeds, trace=check)
     assert not off, off[:5]
     # float ops: within a few float32 ulps of the largest value (measured <= 1e-6)
     assert max(worst.values()) < 1e-5, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
