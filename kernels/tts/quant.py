@@ -14,19 +14,30 @@ from numba import njit, prange
 from ..quants import JIT
 
 F32 = np.float32
-_CHUNK = 1 << 16          # values per job of the range's parallel pass
+
+
+_LANES = 16                # running minima and maxima a lane, so the compares vectorise
 
 
 @njit(**JIT)
 def range_of(x, start, stop):
     """(min, max) of x[start:stop] and 0, NaN left out."""
+    los = np.zeros(_LANES, F32)
+    his = np.zeros(_LANES, F32)
+    n_full = start + (stop - start) // _LANES * _LANES
+    for i in range(start, n_full, _LANES):
+        for j in range(_LANES):
+            v = x[i + j]
+            los[j] = v if v < los[j] else los[j]      # a NaN compares false both ways
+            his[j] = v if v > his[j] else his[j]
     lo, hi = F32(0.0), F32(0.0)
-    for i in range(start, stop):
+    for j in range(_LANES):
+        lo = los[j] if los[j] < lo else lo
+        hi = his[j] if his[j] > hi else hi
+    for i in range(n_full, stop):
         v = x[i]
-        if v < lo:          # a NaN compares false both ways
-            lo = v
-        if v > hi:
-            hi = v
+        lo = v if v < lo else lo
+        hi = v if v > hi else hi
     return lo, hi
 
 
@@ -43,16 +54,12 @@ def quantize_one(v, scale, zero_point):
     return np.uint8(min(max(q, F32(0.0)), F32(255.0))) if q == q else np.uint8(0)
 
 
-@njit(**JIT, parallel=True)
+@njit(**JIT)
 def quantize_params(x):
-    """DynamicQuantizeLinear's (scale, zero point as float32) of the flat float32 x."""
-    n = x.shape[0]
-    n_jobs = max(1, (n + _CHUNK - 1) // _CHUNK)
-    los = np.zeros(n_jobs, F32)
-    his = np.zeros(n_jobs, F32)
-    for job in prange(n_jobs):
-        los[job], his[job] = range_of(x, job * _CHUNK, min(n, (job + 1) * _CHUNK))
-    return params_of(los.min(), his.max())
+    """DynamicQuantizeLinear's (scale, zero point as float32) of the flat float32 x: one
+    thread, which reads at memory speed (a parallel pass measured 4x slower on a loaded host,
+    waiting on its slowest thread)."""
+    return params_of(*range_of(x, 0, x.shape[0]))
 
 
 @njit(**JIT, parallel=True)
