@@ -43,10 +43,12 @@ def apply(ufunc, *args):
     out = np.empty(shape, dtype)
     axis = int(np.argmax(shape))
     bounds = [shape[axis] * i // n_threads for i in range(n_threads + 1)]
+    errors = np.geterr()            # numpy's error handling is per thread: the caller's applies
 
     def part(i):
         lo, hi = bounds[i], bounds[i + 1]
-        ufunc(*(_slab(a, shape, axis, lo, hi) for a in args), out=_slab(out, shape, axis, lo, hi))
+        with np.errstate(**errors):
+            ufunc(*(_slab(a, shape, axis, lo, hi) for a in args), out=_slab(out, shape, axis, lo, hi))
 
     list(_pool(n_threads).map(part, range(n_threads)))
     return out

@@ -1,5 +1,7 @@
 """The graph's element-wise ufuncs split across threads (core/tts/elementwise.py) give the
 ufunc's own bits and dtype, whatever the broadcast, on tensors big enough to be split."""
+import warnings
+
 import numba
 import numpy as np
 import pytest
@@ -26,3 +28,15 @@ def test_split_ufunc_gives_the_same_bits(ufunc, shapes, dtypes):
     got = elementwise.apply(ufunc, *args)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got, want)
+
+
+def test_the_callers_error_handling_holds_in_the_threads():
+    # Graph.run silences the export's 0 / 0 with np.errstate, which numpy keeps per thread
+    x = np.zeros((1, 64, N), np.float32)
+    if numba.get_num_threads() < 2:
+        pytest.skip("one thread: nothing is split")
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(elementwise.apply(np.true_divide, x, x)).all()
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        elementwise.apply(np.true_divide, x, x)
