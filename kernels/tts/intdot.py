@@ -16,7 +16,7 @@ taps as an outer loop, B the input packed as (C_in / 4, time, 4) and shifted by 
 dilation a tap: no im2col. `matmul_int_ref` is the plain reference every path is tested
 against bit for bit.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit, prange
@@ -105,6 +105,7 @@ class IntWeights:
     n_taps: int
     n_quads: int          # quads of input channels (or of the summed axis) per tap
     n_sum: int            # the true length of the sum: taps * input channels
+    wide: np.ndarray = None   # (N, taps * quads * 4) int16 w - zero point, CPUs without VNNI
 
     @property
     def n_out(self):
@@ -129,8 +130,19 @@ def int_weights(w, zero_point):
     n_quads = -(-c_in // 4)
     rows = np.zeros((n_out, n_taps, n_quads * 4), np.int8)
     rows[:, :, :c_in] = ws.transpose(0, 2, 1)
-    return IntWeights(rows.reshape(n_out, -1), zp, ws.reshape(n_out, -1).sum(1, dtype=np.int64).astype(np.int32),
-                      n_taps, n_quads, c_in * n_taps)
+    weights = IntWeights(rows.reshape(n_out, -1), zp, ws.reshape(n_out, -1).sum(1, dtype=np.int64).astype(np.int32),
+                         n_taps, n_quads, c_in * n_taps)
+    return weights if VNNI else replace(weights, wide=widened_rows(weights))
+
+
+def widened_rows(weights):
+    """(N, taps * quads * 4) int16: w - zero point, 0 in the padded channels: the rows the
+    widening loop (_widened_product) reads."""
+    c_in = weights.n_sum // weights.n_taps
+    rows = (weights.rows.reshape(weights.n_out, weights.n_taps, -1).astype(np.int16)
+            - weights.zero.astype(np.int16)[:, None, None])
+    rows[:, :, c_in:] = 0
+    return rows.reshape(weights.n_out, -1)
 
 
 # --- packing the activations -----------------------------------------------------------------
@@ -227,7 +239,43 @@ def product_kernel(rows, width, lanes, vnni):
     return run
 
 
-_run = product_kernel(ROWS, WIDTH, LANES, VNNI)
+# Without VNNI the tile's sums in plain IR ran 4x slower than numba's widening loop (an AVX2
+# build, NUMBA_CPU_FEATURES, on the 128 x 128 x 11 conv: 235 ms against 60 ms): that loop
+# stays the path there (kernel None), the tile variants only tested.
+_run = product_kernel(ROWS, WIDTH, LANES, VNNI) if VNNI else None
+
+
+@njit(**PAR)
+def _widened_product(a, a_zp, wide, out):
+    """out (M, N) int32 = (a (M, K) uint8 - a_zp) . wide[:, :K] (N, >= K int16), exact: int16
+    products summed in int32, which LLVM vectorises to vpmaddwd."""
+    m, k = a.shape
+    for i in prange(m):
+        row = np.empty(k, np.int16)
+        for j in range(k):
+            row[j] = np.int16(a[i, j]) - a_zp
+        for c in range(wide.shape[0]):
+            acc = np.int32(0)
+            for j in range(k):
+                acc += np.int32(row[j]) * np.int32(wide[c, j])
+            out[i, c] = acc
+
+
+@njit(**PAR)
+def _im2col(x, pad_left, pad_value, n_taps, dilation, n_chan, cols):
+    """cols (T_out, taps * n_chan) uint8: cols[t, tap * n_chan + c] = x[c] padded with
+    pad_value, at t + tap * dilation; 0 in the channels past x's."""
+    c_in, n = x.shape
+    for t in prange(cols.shape[0]):
+        for tap in range(n_taps):
+            p = t + tap * dilation - pad_left
+            for c in range(n_chan):
+                v = pad_value if p < 0 or p >= n else x[min(c, c_in - 1), p]
+                cols[t, tap * n_chan + c] = v if c < c_in else np.uint8(0)
+
+
+def _wide(weights):
+    return weights.wide if weights.wide is not None else widened_rows(weights)
 
 
 @njit(**PAR)
@@ -247,10 +295,17 @@ def _lanes_for(n):
 def conv_int(x, x_zero_point, weights, pads=(0, 0), dilation=1, kernel=_run):
     """ConvInteger at stride 1: x (C_in, T) uint8, weights from int_weights(W (C_out, C_in, K))
     -> (C_out, T_out) int32 (a view: lanes past T_out cut); padding holds x_zero_point, as ORT
-    pads. kernel: a product_kernel whose lanes divide LANES (the machine's by default)."""
+    pads. kernel: a product_kernel whose lanes divide LANES (the machine's by default), None
+    for the widening loop over im2col columns."""
     c_in, n = x.shape
     reach = dilation * (weights.n_taps - 1)
     n_out = n + pads[0] + pads[1] - reach
+    if kernel is None:
+        cols = np.empty((n_out, weights.n_taps * weights.n_quads * 4), np.uint8)
+        _im2col(x, pads[0], np.uint8(x_zero_point), weights.n_taps, dilation, weights.n_quads * 4, cols)
+        out = np.empty((n_out, weights.n_out), np.int32)
+        _widened_product(cols, np.int16(x_zero_point), _wide(weights), out)
+        return out.T
     n_lanes = _lanes_for(n_out)
     x4 = np.empty((weights.n_quads, n_lanes + reach, 4), np.uint8)
     col_sums = np.empty(n_lanes + reach, np.int32)
@@ -268,6 +323,10 @@ def matmul_int_t(a, a_zero_point, weights, kernel=_run):
     """(a (M, K) uint8 - a_zero_point) @ (B - zero point), B given as int_weights(B (K, N)),
     transposed: -> (N, M) int32 (a view, lanes past M cut)."""
     m = a.shape[0]
+    if kernel is None:
+        out = np.empty((m, weights.n_out), np.int32)
+        _widened_product(a, np.int16(a_zero_point), _wide(weights), out)
+        return out.T
     n_lanes = _lanes_for(m)
     x4 = np.empty((weights.n_quads, n_lanes, 4), np.uint8)
     act_sums = np.zeros(n_lanes, np.int32)
