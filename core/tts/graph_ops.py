@@ -3,51 +3,49 @@ ONNX Runtime computes it: `OPS[op_type](inputs, attrs) -> outputs`.
 
 The dynamic int8 ops follow ONNX Runtime's CPU kernels to the bit where it decides an
 integer: DynamicQuantizeLinear takes the range including zero, scale = (max - min) / 255,
-zero point and quants rounded half to even (np.rint); MatMulInteger / ConvInteger sum in
+zero point and quants rounded half to even, NaN left out (kernels/tts/quant.py); MatMulInteger / ConvInteger sum in
 exact int32 (kernels/tts/intdot.py); DynamicQuantizeLSTM quantises its input sequence once
-and the hidden state at every step the same way, scaling each int32 product by
-x_scale * w_scale as ORT's quantised GEMM does.
+and the hidden state at every step the same way (the steps in compiled code,
+kernels/tts/lstm.py), scaling each int32 product by x_scale * w_scale as ORT's quantised
+GEMM does.
 """
 import math
 
 import numpy as np
 
-from dasllama.kernels.tts.intdot import matmul_int, weight_rows
+from dasllama.kernels.tts.conv import CONV_ROWS, conv1d_tiled
+from dasllama.kernels.tts.intdot import conv_int, int_weights, matmul_int, scale_rows
+from dasllama.kernels.tts.lstm import lstm, recurrent_weights
+from dasllama.kernels.tts.quant import dynamic_quantize
+
+from . import elementwise
 
 F32 = np.float32
 _ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
                 9: np.bool_, 10: np.float16, 11: np.float64}
 
 
-def quantize_params(x):
-    """ORT's dynamic uint8 parameters of x: (scale, zero point)."""
-    lo = min(float(x.min()), 0.0) if x.size else 0.0
-    hi = max(float(x.max()), 0.0) if x.size else 0.0
-    lo, hi = F32(lo), F32(hi)
-    scale = F32(1.0) if hi == lo else F32((hi - lo) / F32(255.0))
-    zp = np.rint(np.clip(F32(0.0) - lo / scale, 0.0, 255.0))
-    return scale, np.uint8(zp)
-
-
-def quantize(x, scale, zp):
-    return np.clip(np.rint(x / scale) + F32(zp), 0, 255).astype(np.uint8)
-
-
 def dynamic_quantize_linear(ins, attrs):
-    x = ins[0].astype(F32, copy=False)
-    scale, zp = quantize_params(x)
-    return [quantize(x, scale, zp), np.array(scale, F32), np.array(zp, np.uint8)]
+    q, scale, zp = dynamic_quantize(ins[0])
+    return [q, np.array(scale, F32), np.array(zp, np.uint8)]
 
 
-# Weights are constants: their transposed int16 rows are made once, keyed by identity.
-_rows_cache = {}
+# Weights are constants: their tile layout is made once, keyed by identity (the arrays are
+# kept beside it so an id is never reused while cached).
+_weights_cache = {}
 
 
-def _rows(b, b_zp):
-    key = (id(b), id(b_zp))
-    if key not in _rows_cache:
-        _rows_cache[key] = (weight_rows(b, b_zp), b, b_zp)
-    return _rows_cache[key][0]
+def _weights(b, b_zp, flat=False, direction=None):
+    """int_weights of b (flat: of a conv's W (C_out, C_in, K) as the (C_in * K, C_out) matrix
+    its im2col columns multiply; direction: of an LSTM's W[direction] (K, 4H))."""
+    key = (id(b), id(b_zp), flat, direction)
+    if key not in _weights_cache:
+        if direction is not None:
+            w, zp = b[direction], _per_direction(b_zp, direction)
+        else:
+            w, zp = (b.reshape(b.shape[0], -1).T if flat else b), b_zp
+        _weights_cache[key] = (int_weights(w, zp), b, b_zp)
+    return _weights_cache[key][0]
 
 
 def matmul_integer(ins, attrs):
@@ -56,7 +54,7 @@ def matmul_integer(ins, attrs):
     b_zp = ins[3] if len(ins) > 3 and ins[3] is not None else np.zeros(1, np.int8)
     if np.asarray(a_zp).size != 1 or b.ndim != 2:
         raise NotImplementedError("MatMulInteger with a per-row activation zero point or batched B")
-    out = matmul_int(a.reshape(-1, a.shape[-1]), int(np.asarray(a_zp).reshape(-1)[0]), _rows(b, b_zp))
+    out = matmul_int(a.reshape(-1, a.shape[-1]), int(np.asarray(a_zp).reshape(-1)[0]), _weights(b, b_zp))
     return [out.reshape(*a.shape[:-1], b.shape[1])]
 
 
@@ -79,11 +77,42 @@ def conv_integer(ins, attrs):
         raise NotImplementedError("ConvInteger other than 1-D, batch 1, group 1")
     c_out, c_in, k = w.shape
     pads = attrs.get("pads", [0, 0])
+    dilation, stride = attrs.get("dilations", [1])[0], attrs.get("strides", [1])[0]
+    weights = _weights(w, w_zp)
+    if stride == 1:
+        return [conv_int(x[0], x_zp, weights, pads, dilation)[None]]
     # the padding is the activation's zero point, which is what the quantised zero is
     xs = np.pad(x[0], ((0, 0), (pads[0], pads[1])), constant_values=x_zp)
-    cols = _im2col(xs, k, (0, 0), attrs.get("dilations", [1])[0], attrs.get("strides", [1])[0])
-    out = matmul_int(cols, x_zp, _rows(w.reshape(c_out, c_in * k).T, w_zp))   # (L_out, C_out)
-    return [np.ascontiguousarray(out.T)[None]]
+    cols = _im2col(xs, k, (0, 0), dilation, stride)                     # (L_out, C_in * K)
+    flat = _weights(w, w_zp, flat=True)
+    return [np.ascontiguousarray(matmul_int(cols, x_zp, flat).T)[None]]
+
+
+def conv_integer_scaled(ins, attrs):
+    """ConvInteger, + its int32 bias, as float32, x its scale: graph.fuse_scaled_convs' node."""
+    acc = conv_integer(ins[:4], attrs)[0][0]                              # (C_out, L_out) int32
+    bias, scale = np.asarray(ins[4]), np.asarray(ins[5])
+    if bias.dtype != np.int32 or bias.size != acc.shape[0] or scale.dtype != F32 or scale.size != 1:
+        return [np.multiply((acc[None] + bias).astype(F32), scale)]
+    out = np.empty((1,) + acc.shape, F32)
+    scale_rows(acc, bias.reshape(-1), scale.reshape(-1)[0], out[0])
+    return [out]
+
+
+def _tile_taps(w, bias):
+    """A float conv's W (C_out, C_in, K) as the tiles' taps (K, C_out, C_in) and its bias,
+    C_out rounded up to the tiles' rows with zero rows (cut from the result)."""
+    key = (id(w), id(bias), "taps")
+    if key not in _weights_cache:
+        c_out, c_in, k = w.shape
+        rows = -(-c_out // CONV_ROWS) * CONV_ROWS
+        taps = np.zeros((k, rows, c_in), F32)
+        taps[:, :c_out] = w.transpose(2, 0, 1)
+        bias_rows = np.zeros(rows, F32)
+        if bias is not None:
+            bias_rows[:c_out] = bias
+        _weights_cache[key] = ((taps, bias_rows), w, bias)
+    return _weights_cache[key][0]
 
 
 def conv(ins, attrs):
@@ -94,6 +123,9 @@ def conv(ins, attrs):
         raise NotImplementedError("Conv other than 1-D, batch 1")
     c_out, c_group, k = w.shape
     pads, dil, stride = attrs.get("pads", [0, 0]), attrs.get("dilations", [1])[0], attrs.get("strides", [1])[0]
+    if groups == 1 and stride == 1:
+        taps, bias_rows = _tile_taps(w, bias)
+        return [conv1d_tiled(x[0], taps, bias_rows, pads, dil)[None, :c_out]]
     outs = []
     per_out = c_out // groups
     for g in range(groups):
@@ -138,6 +170,18 @@ def _sigmoid(x):
     return F32(1.0) / (F32(1.0) + np.exp(-x))
 
 
+def _recurrent(r, r_zp):
+    key = (id(r), id(r_zp), "recurrent")
+    if key not in _weights_cache:
+        _weights_cache[key] = (recurrent_weights(r, r_zp), r, r_zp)
+    return _weights_cache[key][0]
+
+
+def _per_direction(v, d):
+    v = np.asarray(v)
+    return v[d] if v.ndim else v
+
+
 def dynamic_quantize_lstm(ins, attrs):
     x, w, r, b = ins[0], ins[1], ins[2], ins[3]
     h0 = ins[5] if len(ins) > 5 and ins[5] is not None else None
@@ -148,33 +192,19 @@ def dynamic_quantize_lstm(ins, attrs):
     seq, batch, _ = x.shape
     if batch != 1:
         raise NotImplementedError("DynamicQuantizeLSTM with batch > 1")
-    x2 = x.reshape(seq, -1).astype(F32, copy=False)
-    x_scale, x_zp = quantize_params(x2)
-    xq = quantize(x2, x_scale, x_zp)
-    y = np.empty((seq, n_dir, 1, hidden), F32)
-    y_h = np.empty((n_dir, 1, hidden), F32)
-    y_c = np.empty((n_dir, 1, hidden), F32)
+    xq, x_scale, x_zp = dynamic_quantize(x.reshape(seq, -1))
+    gates_x = np.empty((n_dir, seq, 4 * hidden), F32)
     for d in range(n_dir):
-        wd_scale = np.asarray(w_scale[d] if np.asarray(w_scale).ndim else w_scale, F32)
-        rd_scale = np.asarray(r_scale[d] if np.asarray(r_scale).ndim else r_scale, F32)
-        wz = np.asarray(w_zp)[d] if np.asarray(w_zp).ndim else w_zp
-        rz = np.asarray(r_zp)[d] if np.asarray(r_zp).ndim else r_zp
-        gates_x = matmul_int(xq, int(x_zp), _rows(w[d], wz)).astype(F32) * (x_scale * wd_scale)
-        rows_r = _rows(r[d], rz)
-        bias = (b[d, :4 * hidden] + b[d, 4 * hidden:]).astype(F32)
-        h = (h0[d, 0] if h0 is not None else np.zeros(hidden, F32)).astype(F32)
-        c = (c0[d, 0] if c0 is not None else np.zeros(hidden, F32)).astype(F32)
-        steps = range(seq) if d == 0 else range(seq - 1, -1, -1)
-        for t in steps:
-            h_scale, h_zp = quantize_params(h)
-            hq = quantize(h, h_scale, h_zp)[None]
-            g = gates_x[t] + matmul_int(hq, int(h_zp), rows_r)[0].astype(F32) * (h_scale * rd_scale) + bias
-            i, o, f, cc = (g[k * hidden:(k + 1) * hidden] for k in range(4))     # ONNX order: i o f c
-            c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(cc)
-            h = (_sigmoid(o) * np.tanh(c)).astype(F32)
-            y[t, d, 0] = h
-        y_h[d, 0], y_c[d, 0] = h, c
-    return [y, y_h, y_c]
+        weights = _weights(w, w_zp, direction=d)
+        gates_x[d] = matmul_int(xq, int(x_zp), weights).astype(F32) * (x_scale * F32(_per_direction(w_scale, d)))
+    packed, zero, sums = _recurrent(r, r_zp)
+    r_scales = np.array([_per_direction(r_scale, d) for d in range(n_dir)], F32)
+    bias = (b[:, :4 * hidden] + b[:, 4 * hidden:]).astype(F32)
+    h = np.zeros((n_dir, hidden), F32) if h0 is None else np.array(h0[:, 0], F32)
+    c = np.zeros((n_dir, hidden), F32) if c0 is None else np.array(c0[:, 0], F32)
+    y = np.empty((n_dir, seq, hidden), F32)
+    lstm(gates_x, packed, zero, sums, r_scales, bias, h, c, y)
+    return [np.ascontiguousarray(y.transpose(1, 0, 2))[:, :, None], h[:, None], c[:, None]]
 
 
 def layer_normalization(ins, attrs):
@@ -374,17 +404,21 @@ def _dequantize_linear(ins, attrs):
 
 
 def _binary(fn):
+    if isinstance(fn, np.ufunc):
+        return lambda ins, attrs: [elementwise.apply(fn, ins[0], ins[1])]
     return lambda ins, attrs: [fn(ins[0], ins[1])]
 
 
 def _unary(fn):
+    if isinstance(fn, np.ufunc):
+        return lambda ins, attrs: [elementwise.apply(fn, ins[0])]
     return lambda ins, attrs: [fn(ins[0])]
 
 
 def _div(a, b):
     if np.issubdtype(a.dtype, np.integer) and np.issubdtype(np.asarray(b).dtype, np.integer):
         return np.trunc(a / b).astype(a.dtype)
-    return a / b
+    return elementwise.apply(np.true_divide, a, b)
 
 
 def _softmax(ins, attrs):
@@ -431,9 +465,15 @@ def _range(ins, attrs):
     return [np.arange(start, limit, delta, dtype=start.dtype)]
 
 
+def _matmul(a, b):
+    # numpy multiplies a batch of transposed views (attention's K^T) in its own loop, not
+    # BLAS: 290 ms for (12, 97, 64) x (12, 64, 97), against 0.1 ms once copied
+    return np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
 def _pow(a, b):
     if np.asarray(b).size == 1 and float(np.asarray(b).reshape(-1)[0]) == 2.0:
-        return a * a
+        return elementwise.apply(np.multiply, a, a)
     return np.power(a, b).astype(a.dtype, copy=False)
 
 
@@ -442,7 +482,7 @@ OPS = {
     "Div": _binary(_div), "Pow": _binary(_pow), "Equal": _binary(np.equal),
     "Less": _binary(np.less), "Greater": _binary(np.greater),
     "GreaterOrEqual": _binary(np.greater_equal), "And": _binary(np.logical_and),
-    "MatMul": _binary(np.matmul),
+    "MatMul": _binary(_matmul),
     "Sqrt": _unary(np.sqrt), "Floor": _unary(np.floor), "Round": _unary(np.rint),
     "Sin": _unary(np.sin), "Cos": _unary(np.cos), "Exp": _unary(np.exp), "Tanh": _unary(np.tanh),
     "Atan": _unary(np.arctan), "Sigmoid": _unary(_sigmoid),
@@ -457,6 +497,7 @@ OPS = {
     "ScatterND": _scatter_nd, "ReduceMean": reduce(np.mean), "ReduceSum": reduce(np.sum),
     "DequantizeLinear": _dequantize_linear, "DynamicQuantizeLinear": dynamic_quantize_linear,
     "MatMulInteger": matmul_integer, "ConvInteger": conv_integer, "Conv": conv,
+    "ConvIntegerScaled": conv_integer_scaled,
     "ConvTranspose": conv_transpose, "DynamicQuantizeLSTM": dynamic_quantize_lstm,
     "LayerNormalization": layer_normalization, "SkipLayerNormalization": skip_layer_normalization,
     "FastGelu": fast_gelu, "FusedMatMul": fused_matmul,

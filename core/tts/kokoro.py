@@ -13,6 +13,7 @@ import numpy as np
 
 from dasllama.formats import onnx as onnx_file
 
+from ..runtime.threads import set_threads
 from .graph import Graph, GraphError
 
 SAMPLE_RATE = 24000
@@ -98,6 +99,7 @@ class KokoroVoice:
 
     def audio(self, ids, noise_scale=None, length_scale=None, noise_w=None, speaker=None, seed=None):
         """Phoneme ids (framed) -> float32 waveform at 24 kHz; speaker: a voice name."""
+        set_threads(self.n_threads)      # numba's count is per calling thread: set where we run
         speed = 1.0 / (length_scale or 1.0)
         feeds = {self.tokens_input: np.array([ids], np.int64),
                  "style": self.style(speaker, len(ids) - 2),

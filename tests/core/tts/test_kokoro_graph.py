@@ -1,23 +1,14 @@
 """Kokoro-82M int8 ONNX on the graph interpreter, against onnxruntime (kokoro-onnx's runtime)
-in the same session: the exact integer kernel, then every op of the real graph fed the
-reference's own inputs (teacher forcing), so each op is checked on its own."""
+in the same session: every op of the real graph fed the reference's own inputs (teacher
+forcing), so each op is checked on its own (the integer kernels alone: tests/kernels/test_tts_intdot.py)."""
 import json
 
 import numpy as np
 import pytest
 
-from dasllama.kernels.tts.intdot import matmul_int, matmul_int_ref, weight_rows
 from tests.assets import KOKORO_VOICES, _wheel, kokoro, or_skip
 
 PHONEMES = "hˈɛloʊ wˈɜːld."
-
-
-@pytest.mark.parametrize("m", [1, 3, 37])
-def test_matmul_int_is_exact(m):
-    rng = np.random.default_rng(m)
-    a = rng.integers(0, 256, (m, 300), dtype=np.uint8)
-    b = rng.integers(-128, 128, (300, 70), dtype=np.int8)
-    assert np.array_equal(matmul_int(a, 131, weight_rows(b, np.int8(3))), matmul_int_ref(a, 131, b, 3))
 
 
 def _feeds(model_path):
@@ -30,7 +21,10 @@ def _feeds(model_path):
             "speed": np.ones(1, np.float32)}
 
 
-def test_each_op_matches_onnxruntime():
+# fused: the quantised convs with their scaling as one op (graph.fuse_scaled_convs), whose
+# int32 sums the unfused run checks bit for bit
+@pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
+def test_each_op_matches_onnxruntime(fuse):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     from dasllama.core.tts.graph import Graph
@@ -63,7 +57,9 @@ def test_each_op_matches_onnxruntime():
                 worst[step.op] = max(worst.get(step.op, 0.0), err)
             values[o] = want                   # the next op reads the reference's value
 
-    Graph(onnx_file.read(path)).run(feeds, trace=check)
+    graph = Graph(onnx_file.read(path), fuse=fuse)
+    assert ("ConvIntegerScaled" in {s.op for s in graph.steps}) == fuse
+    graph.run(feeds, trace=check)
     assert not off, off[:5]
     # float ops: within a few float32 ulps of the largest value (measured <= 1e-6)
     assert max(worst.values()) < 1e-5, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
