@@ -87,7 +87,7 @@ class AudioTower:
 
 
 AUDIO_SIZES = {
-    "tiny": AudioTower(64, 128, 2, 4, 128, 1500, text_embd=64, text_layers=2),
+    "tiny": AudioTower(64, 128, 2, 4, 128, 1500, text_embd=128, text_layers=2),
     "real": AudioTower(512, 2048, 6, 8, 80, 1500, text_embd=512, text_layers=2),
 }
 

@@ -1,4 +1,4 @@
-"""llama.cpp's libmtmd as a reference: the tower's image embeddings through its C API
+"""llama.cpp's libmtmd as a reference: the tower's image or audio embeddings through its C API
 (llama-cpp-python's mtmd_cpp ctypes bindings over lib/libmtmd.so, in a process of its own), and
 llama-mtmd-cli's greedy text for a turn."""
 import json
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 # Run in the child: load the text model (libmtmd checks the widths against it), give mtmd the
-# pixels we decoded (so JPEG decoders do not differ), encode the one image chunk.
+# pixels or the 16 kHz samples we decoded (so JPEG / mp3 decoders and resamplers do not differ),
+# encode the one media chunk.
 _CHILD = r"""
 import ctypes, sys, json
 import numpy as np
@@ -29,9 +30,13 @@ ctx = M.mtmd_init_from_file(mmproj.encode(), model, cp)
 if not ctx:
     sys.exit("mtmd_init_from_file failed")
 pix = np.load(pix_path)
-h, w, _ = pix.shape
-buf = (ctypes.c_ubyte * pix.size).from_buffer_copy(np.ascontiguousarray(pix).tobytes())
-bmp = M.mtmd_bitmap_init(w, h, buf)
+if pix.ndim == 1:
+    buf = (ctypes.c_float * pix.size).from_buffer_copy(np.ascontiguousarray(pix, np.float32).tobytes())
+    bmp = M.mtmd_bitmap_init_from_audio(pix.size, buf)
+else:
+    h, w, _ = pix.shape
+    buf = (ctypes.c_ubyte * pix.size).from_buffer_copy(np.ascontiguousarray(pix).tobytes())
+    bmp = M.mtmd_bitmap_init(w, h, buf)
 chunks = M.mtmd_input_chunks_init()
 marker = M.mtmd_default_marker()
 text = M.mtmd_input_text(marker, len(marker), False, True)
@@ -41,7 +46,7 @@ if M.mtmd_tokenize(ctx, chunks, ctypes.byref(text), arr, 1) != 0:
 import time
 for i in range(M.mtmd_input_chunks_size(chunks)):
     chunk = M.mtmd_input_chunks_get(chunks, i)
-    if M.mtmd_input_chunk_get_type(chunk) == M.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+    if M.mtmd_input_chunk_get_type(chunk) in (M.MTMD_INPUT_CHUNK_TYPE_IMAGE, M.MTMD_INPUT_CHUNK_TYPE_AUDIO):
         n_tok = M.mtmd_input_chunk_get_n_tokens(chunk)
         t0 = time.perf_counter()
         if M.mtmd_encode_chunk(ctx, chunk) != 0:
@@ -62,8 +67,8 @@ def llama_cpp_dir():
 
 
 def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
-    """libmtmd's image embeddings (n_tokens, n_embd) for uint8 pixels (H, W, 3), and its
-    encode wall time in seconds."""
+    """libmtmd's embeddings (n_tokens, n_embd) for uint8 pixels (H, W, 3) or float32 mono
+    16 kHz samples (n,), and its encode wall time in seconds."""
     ref = llama_cpp_dir()
     workdir = Path(workdir)
     pix, out = workdir / "pixels.npy", workdir / "ref_embd.npy"
@@ -77,7 +82,7 @@ def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
     return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])["encode_s"]
 
 
-def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0, tries=10):
+def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0, tries=10, audios=()):
     """llama-mtmd-cli's greedy output for one turn: (stdout text, stderr).
 
     Its log thread is not flushed at exit, so a run on a busy machine can lose the last tokens
@@ -88,6 +93,8 @@ def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0, t
            "--temp", "0", "-t", str(n_threads), "--seed", str(seed), "--no-warmup"]
     for image in images:
         cmd += ["--image", str(image)]
+    for audio in audios:
+        cmd += ["--audio", str(audio)]
     for _ in range(tries):
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               errors="replace")
