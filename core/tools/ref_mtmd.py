@@ -44,20 +44,20 @@ arr = (M.mtmd_bitmap_p_ctypes * 1)(bmp)
 if M.mtmd_tokenize(ctx, chunks, ctypes.byref(text), arr, 1) != 0:
     sys.exit("mtmd_tokenize failed")
 import time
-for i in range(M.mtmd_input_chunks_size(chunks)):
+embds, secs = [], 0.0
+n_embd = L.llama_model_n_embd(model)
+for i in range(M.mtmd_input_chunks_size(chunks)):    # a clip over 30 s is a chunk per window
     chunk = M.mtmd_input_chunks_get(chunks, i)
     if M.mtmd_input_chunk_get_type(chunk) in (M.MTMD_INPUT_CHUNK_TYPE_IMAGE, M.MTMD_INPUT_CHUNK_TYPE_AUDIO):
         n_tok = M.mtmd_input_chunk_get_n_tokens(chunk)
         t0 = time.perf_counter()
         if M.mtmd_encode_chunk(ctx, chunk) != 0:
             sys.exit("mtmd_encode_chunk failed")
-        secs = time.perf_counter() - t0
-        n_embd = L.llama_model_n_embd(model)
+        secs += time.perf_counter() - t0
         ptr = M.mtmd_get_output_embd(ctx)
-        embd = np.ctypeslib.as_array(ptr, shape=(n_tok * n_embd,)).reshape(n_tok, n_embd).copy()
-        np.save(out_path, embd)
-        print(json.dumps({"encode_s": secs}))
-        break
+        embds.append(np.ctypeslib.as_array(ptr, shape=(n_tok * n_embd,)).reshape(n_tok, n_embd).copy())
+np.save(out_path, np.concatenate(embds))
+print(json.dumps({"encode_s": secs}))
 """
 
 
