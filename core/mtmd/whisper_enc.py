@@ -21,7 +21,7 @@ from dasllama.kernels.quants import F16
 from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows, encoder_attention, layer_norm
 from dasllama.kernels.vision import rms_norm_rows
 
-from .siglip import Q_CHUNK, Weight
+from .siglip import Q_CHUNK, Weight, share_out
 
 PROJ_EPS = 1e-6       # ultravox's RMS norms (fixed in whisper-enc.cpp)
 
@@ -67,6 +67,7 @@ class AudioTower:
             self.mlp2 = Weight(*mm.matrix("mm.a.mlp.2.weight"))
         self.n_threads = n_threads or 1
         self.pool = ThreadPoolExecutor(self.n_threads)
+        share_out([self, *self.layers], self.pool)
 
     def encode(self, mel):
         """A float32 (n_mel, 3000) window from audio_mel.mel_windows -> (n_tokens, n_embd_text)."""
