@@ -2,13 +2,14 @@
 on llama.cpp's own test clip, greedy tokens against llama-mtmd-cli, mtmd's mel windows, the
 kernels beside their references, and the bad inputs that must fail with one sentence. Tiny
 random-weight pairs written with the converter's names (tests.mtmd_pairs)."""
+import gguf
 import numpy as np
 import pytest
 import soundfile
 from click.testing import CliRunner
 
 from dasllama.core.mtmd.audio_mel import MEL_FLOOR, N_FRAMES, log_mel, mel_filters, mel_windows
-from dasllama.core.mtmd.mmproj import Mmproj
+from dasllama.core.mtmd.mmproj import Mmproj, MmprojError
 from dasllama.core.mtmd.whisper_enc import AudioTower
 from dasllama.core.tools.ref_mtmd import mtmd_cli_text, mtmd_embeddings
 from dasllama.formats.audio import load
@@ -186,3 +187,15 @@ def test_image_with_an_audio_only_mmproj(pairs):
     r = run("-m", pairs["qwen2a"][0], "--mmproj", pairs["qwen2a"][1], "--image", jpeg, "-p", "hi")
     assert r.exit_code == 1 and "audio tower only" in r.output and "--image" in r.output
     assert r.stdout == ""
+
+
+def test_unsupported_audio_projector_names_the_supported_ones(tmp_path):
+    path = tmp_path / "voxtral.gguf"
+    w = gguf.GGUFWriter(str(path), "clip")
+    w.add_clip_has_audio_encoder(True)
+    w.add_clip_projector_type("voxtral")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    with pytest.raises(MmprojError, match=r"audio projector type 'voxtral'.*qwen2a \(audio\), ultravox \(audio\)"):
+        Mmproj(path)
