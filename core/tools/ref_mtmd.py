@@ -29,8 +29,11 @@ cp.warmup = False
 ctx = M.mtmd_init_from_file(mmproj.encode(), model, cp)
 if not ctx:
     sys.exit("mtmd_init_from_file failed")
-pix = np.load(pix_path)
-if pix.ndim == 1:
+if not pix_path.endswith(".npy"):          # a media file: libmtmd's own decoders (stb_image, miniaudio)
+    bmp = M.mtmd_helper_bitmap_init_from_file(ctx, pix_path.encode(), False)
+    if not bmp:
+        sys.exit("mtmd_helper_bitmap_init_from_file failed")
+elif (pix := np.load(pix_path)).ndim == 1:
     buf = (ctypes.c_float * pix.size).from_buffer_copy(np.ascontiguousarray(pix, np.float32).tobytes())
     bmp = M.mtmd_bitmap_init_from_audio(pix.size, buf)
 else:
@@ -67,12 +70,16 @@ def llama_cpp_dir():
 
 
 def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
-    """libmtmd's embeddings (n_tokens, n_embd) for uint8 pixels (H, W, 3) or float32 mono
-    16 kHz samples (n,), and its encode wall time in seconds."""
+    """libmtmd's embeddings (n_tokens, n_embd) for uint8 pixels (H, W, 3), float32 mono 16 kHz
+    samples (n,), or a media file's path (decoded by libmtmd's helper: stb_image, miniaudio),
+    and its encode wall time in seconds."""
     ref = llama_cpp_dir()
     workdir = Path(workdir)
     pix, out = workdir / "pixels.npy", workdir / "ref_embd.npy"
-    np.save(pix, pixels)
+    if isinstance(pixels, (str, Path)):
+        pix = Path(pixels)
+    else:
+        np.save(pix, pixels)
     env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(ref / "lib"), MTMD_CPP_LIB=str(ref / "lib"),
                PYTHONPATH=str(ref / "python"))
     done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(mmproj), str(pix), str(n_threads),
