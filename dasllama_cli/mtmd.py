@@ -39,7 +39,7 @@ def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, t
     with user_errors():
         try:
             pictures = [open_rgb(p) for p in images]
-            clips = [Audio(load_audio(p)) for p in audios]
+            clips = [Audio(_samples(p)) for p in audios]
             model = load(model_path, n_ctx=ctx_size, n_threads=threads, n_batch=max(512, ctx_size // 4),
                          quiet=quiet)
             vision = Vision(mmproj_path, model, threads) if mmproj_path else None
@@ -72,3 +72,11 @@ def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, t
         click.echo(f"media encoder: {encode * 1000:.0f} ms for {media or 'no media'}; prompt "
                    f"{timings.prompt_s * 1000:.0f} ms; {timings.gen_tokens} tokens in {timings.gen_s * 1000:.0f} ms",
                    err=True)
+
+
+def _samples(path):
+    """A clip's 16 kHz samples; an audio file with none is refused, as mtmd refuses it."""
+    samples = load_audio(path)
+    if not len(samples):
+        raise AudioError(f"{path}: the file holds no audio samples.")
+    return samples

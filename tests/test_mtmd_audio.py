@@ -175,6 +175,22 @@ def test_truncated_wav(pairs, clip, tmp_path):
     assert r.exit_code == 1 and "cut.wav" in r.output and "cannot decode" in r.output
 
 
+def test_empty_wav(pairs, tmp_path):
+    empty = tmp_path / "empty.wav"
+    soundfile.write(empty, np.zeros(0, np.float32), 16000, subtype="PCM_16")
+    r = run("-m", pairs["qwen2a"][0], "--mmproj", pairs["qwen2a"][1], "--audio", empty, "-p", "hi")
+    assert r.exit_code == 1 and "holds no audio samples" in r.output
+
+
+def test_token_counts_per_window():
+    """750 (qwen2a), 1500 / stack for ultravox, the last stack padded: 188 for Ultravox's 8."""
+    from dasllama.core.mtmd.mmproj import AudioHParams
+    hp = dict(n_embd=64, n_ff=128, n_layer=1, n_head=4, n_mel=128, eps=1e-5, n_embd_text=64)
+    assert AudioHParams("qwen2a", stack_factor=1, **hp).n_tokens == 750
+    assert AudioHParams("ultravox", stack_factor=4, **hp).n_tokens == 375
+    assert AudioHParams("ultravox", stack_factor=8, **hp).n_tokens == 188
+
+
 def test_width_mismatch(pairs, tmp_path):
     wide = gguf_factory.write_model(tmp_path, "qwen2", "F32", n_embd=256, n_layer=1)
     mp3 = assets.or_skip(assets.mtmd_media, "test-2.mp3")

@@ -64,13 +64,16 @@ class AudioHParams:
 
     @property
     def n_tokens(self):
-        """Audio tokens the projector gives per 30 s window, counted as clip_n_output_tokens."""
-        n = self.n_frames
-        if self.projector == "ultravox":
-            n = -(-n // self.stack_factor)
-        n //= 2                                   # the second convolution's stride
+        """Audio tokens the projector gives per 30 s window: 1500 frames after the stride-2
+        convolution, halved by qwen2a's pool, or stacked by ultravox's factor with the last
+        stack zero-padded. (llama.cpp's clip_n_output_tokens stacks before halving, so for a
+        factor that does not divide 1500, such as Ultravox's real 8, it counts 187 where its
+        graph gives 188, and aborts; this count is the graph's.)"""
+        n = self.n_frames // 2                    # the second convolution's stride
         if self.projector == "qwen2a":
             n //= 2                               # its average pool
+        elif self.projector == "ultravox":
+            n = -(-n // self.stack_factor)
         return n
 
 
