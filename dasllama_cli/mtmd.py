@@ -8,7 +8,8 @@ import click
 from dasllama.core import SamplerParams, load
 from dasllama.core.mtmd.mmproj import MmprojError
 from dasllama.core.mtmd.turn import Audio, TurnTimings, Vision, image_turn
-from dasllama.formats.audio import AudioError, load as load_audio
+from dasllama.core.mtmd.audio_in import load_clip
+from dasllama.formats.audio import AudioError
 from dasllama.formats.image import ImageError, open_rgb
 
 from .errors import user_errors
@@ -20,7 +21,7 @@ from .options import THREADS, FiniteFloat
 @click.option("--mmproj", "mmproj_path", help="The mmproj GGUF of the model (its vision or audio tower).")
 @click.option("--image", "images", multiple=True, help="An image file (JPEG, PNG, ...); repeatable.")
 @click.option("--audio", "audios", multiple=True,
-              help="An audio file (wav, flac, ogg, mp3), resampled to 16 kHz; repeatable; after the images.")
+              help="An audio file (wav, flac, ogg, mp3), resampled to 16 kHz as mtmd does; repeatable; after the images.")
 @click.option("-p", "--prompt", required=True, help="The user's text; <__media__> marks where images and audio go.")
 @click.option("-n", "--n-predict", default=-1, type=click.IntRange(-1), help="Tokens to generate (-1: until the end).")
 @click.option("--temp", default=0.8, type=FiniteFloat(0.0), help="Temperature; 0 is greedy.")
@@ -76,7 +77,7 @@ def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, t
 
 def _samples(path):
     """A clip's 16 kHz samples; an audio file with none is refused, as mtmd refuses it."""
-    samples = load_audio(path)
+    samples = load_clip(path)
     if not len(samples):
         raise AudioError(f"{path}: the file holds no audio samples.")
     return samples

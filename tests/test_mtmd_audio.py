@@ -11,9 +11,10 @@ from click.testing import CliRunner
 from dasllama.core.mtmd.audio_mel import MEL_FLOOR, N_FRAMES, log_mel, mel_filters, mel_windows
 from dasllama.core.mtmd.mmproj import Mmproj, MmprojError
 from dasllama.core.mtmd.whisper_enc import AudioTower
-from dasllama.core.tools.ref_mtmd import mtmd_cli_text, mtmd_embeddings
-from dasllama.formats.audio import load
+from dasllama.core.mtmd.audio_in import frame_count_after_resampling, linear_resample, load_clip
+from dasllama.core.tools.ref_mtmd import mtmd_cli_text, mtmd_decoded_audio, mtmd_embeddings
 from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, bias_gelu_erf_ref, conv3_windows
+from dasllama.kernels.speech.resample import biquad_f32, biquad_f32_ref
 from dasllama_cli.main import cli
 from tests import assets, gguf_factory, mtmd_pairs
 
@@ -33,7 +34,32 @@ def pairs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def clip():
     """llama.cpp's test-2.mp3 (17.4 s at 44.1 kHz) decoded and resampled to 16 kHz mono."""
-    return load(assets.or_skip(assets.mtmd_media, "test-2.mp3"))
+    return load_clip(assets.or_skip(assets.mtmd_media, "test-2.mp3"))
+
+
+def test_decoded_samples_match_libmtmds(pairs, clip, tmp_path):
+    """libsndfile's mp3 decode through our copy of miniaudio's linear resampler against
+    libmtmd's helper (miniaudio decoding and resampling): the same length, and 3.2e-5 relative
+    measured (the two mp3 decoders; soxr's band-limited resampler would be ~8e-2 away)."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    ref = mtmd_decoded_audio(*pairs["qwen2a"], assets.mtmd_media("test-2.mp3"), tmp_path)
+    assert clip.shape == ref.shape
+    rel = np.linalg.norm(clip - ref) / np.linalg.norm(ref)
+    assert rel < 3e-4, f"relative error {rel:.2e} against libmtmd's decode"
+
+
+def test_linear_resampler_lengths_and_biquad():
+    assert frame_count_after_resampling(769089, 44100, 16000) == 279034
+    assert frame_count_after_resampling(100, 16000, 16000) == 100
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(300).astype(np.float32)
+    out = np.empty_like(x)
+    biquad_f32(x, np.float32(0.2), np.float32(0.4), np.float32(0.2), np.float32(-0.5), np.float32(0.3), out)
+    np.testing.assert_allclose(out, biquad_f32_ref(x, 0.2, 0.4, 0.2, -0.5, 0.3), rtol=1e-5, atol=1e-6)
+    up = linear_resample(x, 8000, 16000)                  # upsampling filters the outputs
+    assert up.shape == (frame_count_after_resampling(300, 8000, 16000),) and up[0] == 0
+    same = linear_resample(x, 16000, 16000)
+    assert same is x or np.array_equal(same, x)
 
 
 @pytest.mark.parametrize("projector", ["qwen2a", "ultravox"])
@@ -52,9 +78,9 @@ def test_tower_embeddings_match_libmtmd(pairs, clip, projector, tmp_path):
 
 
 def test_mp3_through_both_decoders(pairs, clip, tmp_path):
-    """The whole chain on the mp3: our decode (libsndfile, soxr HQ to 16 kHz) against libmtmd's
-    own (miniaudio: its mp3 decoder, its linear resampler with a low-pass). The resamplers part
-    the samples, so the bound is looser: measured 5.8e-3 here (0c1e570)."""
+    """The whole chain on the mp3: our decode (libsndfile, then miniaudio's resampler copied)
+    against libmtmd's own (miniaudio decoding and resampling). Measured 2.5e-4 here (0c1e570);
+    with soxr's resampler instead it was 5.8e-3."""
     assets.or_skip(assets.llama_mtmd_bin)
     model, mmproj = pairs["qwen2a"]
     mm = Mmproj(mmproj)
@@ -63,7 +89,7 @@ def test_mp3_through_both_decoders(pairs, clip, tmp_path):
     ref, _ = mtmd_embeddings(model, mmproj, assets.mtmd_media("test-2.mp3"), 2, tmp_path)
     assert ours.shape == ref.shape
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
-    assert rel < 3e-2, f"relative error {rel:.2e} against libmtmd decoding the mp3 itself"
+    assert rel < MAX_REL_ERR, f"relative error {rel:.2e} against libmtmd decoding the mp3 itself"
 
 
 def test_two_windows_match_libmtmd(pairs, clip, tmp_path):
@@ -85,17 +111,14 @@ def test_two_windows_match_libmtmd(pairs, clip, tmp_path):
 @pytest.mark.parametrize("projector", ["qwen2a", "ultravox"])
 def test_greedy_tokens_match_llama_mtmd_cli(pairs, clip, projector, tmp_path):
     """The audio turn end to end (qwen2a: <|audio_bos|> embeddings <|audio_eos|> in the ChatML
-    turn; ultravox: the bare embeddings; causal) against llama-mtmd-cli (its default flash attention, 4096 cells) on the same
-    pair, prompt and threads. The clip goes in as a 16 kHz float WAV of our decode of
-    test-2.mp3: mtmd resamples with miniaudio's linear resampler, we with soxr, and at 16 kHz
-    neither resamples."""
+    turn; ultravox: the bare embeddings; causal) against llama-mtmd-cli (its default flash
+    attention, 4096 cells) on the same pair, prompt and threads, both reading test-2.mp3."""
     assets.or_skip(assets.llama_mtmd_bin)
-    wav = tmp_path / "test-2-16k.wav"
-    soundfile.write(wav, clip, 16000, subtype="FLOAT")
+    mp3 = assets.mtmd_media("test-2.mp3")
     model, mmproj = pairs[projector]
     prompt = "What is said in the recording?"
-    ref, _ = mtmd_cli_text(model, mmproj, [], prompt, 24, 2, audios=[wav])
-    r = CliRunner().invoke(cli, ["mtmd", "-m", str(model), "--mmproj", str(mmproj), "--audio", str(wav),
+    ref, _ = mtmd_cli_text(model, mmproj, [], prompt, 24, 2, audios=[mp3])
+    r = CliRunner().invoke(cli, ["mtmd", "-m", str(model), "--mmproj", str(mmproj), "--audio", str(mp3),
                                  "-p", prompt, "-n", "24", "--temp", "0", "-t", "2"])
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == ref.strip()

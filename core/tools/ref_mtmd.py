@@ -64,6 +64,28 @@ print(json.dumps({"encode_s": secs}))
 """
 
 
+# Run in the child: the samples libmtmd's helper decodes a file to (miniaudio, 16 kHz mono).
+_CHILD_DECODE = r"""
+import ctypes, sys
+import numpy as np
+import llama_cpp as L
+import llama_cpp.mtmd_cpp as M
+model_path, mmproj, path, out_path = sys.argv[1:5]
+L.llama_backend_init()
+model = L.llama_load_model_from_file(model_path.encode(), L.llama_model_default_params())
+cp = M.mtmd_context_params_default()
+cp.use_gpu = False
+cp.warmup = False
+cp.print_timings = False
+ctx = M.mtmd_init_from_file(mmproj.encode(), model, cp)
+bmp = M.mtmd_helper_bitmap_init_from_file(ctx, path.encode(), False)
+if not ctx or not bmp:
+    sys.exit("libmtmd could not load the mmproj or decode the file")
+raw = ctypes.string_at(M.mtmd_bitmap_get_data(bmp), M.mtmd_bitmap_get_n_bytes(bmp))
+np.save(out_path, np.frombuffer(raw, np.float32))
+"""
+
+
 def llama_cpp_dir():
     cache = Path(os.environ.get("DASLLAMA_CACHE") or Path.home() / ".cache" / "dasllama")
     return cache / "ref" / "llama.cpp-0.3.36"
@@ -87,6 +109,19 @@ def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
     if done.returncode != 0:
         raise RuntimeError(f"libmtmd failed:\n{done.stderr[-3000:]}")
     return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])["encode_s"]
+
+
+def mtmd_decoded_audio(model, mmproj, path, workdir):
+    """The float32 (n,) 16 kHz samples libmtmd's helper decodes an audio file to."""
+    ref = llama_cpp_dir()
+    out = Path(workdir) / "ref_samples.npy"
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(ref / "lib"), MTMD_CPP_LIB=str(ref / "lib"),
+               PYTHONPATH=str(ref / "python"))
+    done = subprocess.run([sys.executable, "-c", _CHILD_DECODE, str(model), str(mmproj), str(path), str(out)],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"libmtmd failed:\n{done.stderr[-3000:]}")
+    return np.load(out)
 
 
 def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0, tries=10, audios=()):
