@@ -19,6 +19,18 @@ class AudioError(ValueError):
 
 def load(source, sample_rate=SAMPLE_RATE, name=None):
     """(samples,) float32 mono at `sample_rate` from a path, bytes or a binary file object."""
+    samples, _ = _decode(source, name, lambda f: _read_mono(f, sample_rate))
+    return samples
+
+
+def load_native(source, name=None):
+    """((samples,) float32 mono, its sample rate) as stored, for a caller that resamples as
+    another engine does (mtmd: miniaudio's linear resampler)."""
+    return _decode(source, name, lambda f: _read_mono(f, f.samplerate))
+
+
+def _decode(source, name, read):
+    """(read(the open SoundFile), its sample rate), every failure an AudioError sentence."""
     name = name or (str(source) if isinstance(source, (str, Path)) else "<stdin>")
     if isinstance(source, (str, Path)):
         path = Path(source)
@@ -36,7 +48,7 @@ def load(source, sample_rate=SAMPLE_RATE, name=None):
         stream = io.BytesIO(data)
     try:
         with soundfile.SoundFile(stream) as f:
-            samples = _read_mono(f, sample_rate)
+            samples, rate = read(f), f.samplerate
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as e:
         raise AudioError(f"{name}: cannot decode this audio ({_reason(e)}); dasllama reads "
                          f"wav, flac, ogg and mp3.") from None
@@ -45,7 +57,7 @@ def load(source, sample_rate=SAMPLE_RATE, name=None):
     if not np.isfinite(samples).all():
         raise AudioError(f"{name}: the audio holds NaN or infinite samples (a float file written "
                          "wrong?), so it cannot be transcribed; re-export it.")
-    return samples
+    return samples, rate
 
 
 def _read_mono(f, sample_rate, block=1 << 16):

@@ -1,12 +1,16 @@
 """Random-weight model + mmproj GGUF pairs, written with llama.cpp's converter's tensor names and
-KVs (conversion/gemma.py Gemma3VisionModel, conversion/base.py MmprojModel), which
-llama-mtmd-cli loads: no registry carries real vision-language weights.
+KVs (conversion/gemma.py Gemma3VisionModel, conversion/qwen.py WhisperEncoderModel and
+UltravoxWhisperEncoderModel, conversion/base.py MmprojModel), which llama-mtmd-cli loads: no
+registry carries real vision- or audio-language weights.
 
-    python -m tests.mtmd_pairs gemma3 OUTDIR [--size tiny|real] [--seed N]
+    python -m tests.mtmd_pairs gemma3|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
 
-prints the model and mmproj paths. `tiny` is a 2-layer 128-wide SigLIP on 224x224 images (16
-image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256 tokens) before
-a small text model, for timing the encoder.
+prints the model and mmproj paths. gemma3: `tiny` is a 2-layer 128-wide SigLIP on 224x224
+images (16 image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256
+tokens) before a small text model, for timing the encoder. qwen2a (before a qwen2 text model)
+and ultravox (before a llama): `tiny` is a 2-layer 64-wide Whisper-style encoder on 128 mel
+bins; `real` is Whisper base's (6 layers, 512 wide, 80 mel bins). Either reads 3000 mel frames
+per 30 s window, as mtmd always gives them.
 """
 import argparse
 import sys
@@ -19,7 +23,18 @@ from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
 from tests import gguf_factory
 
-PROJECTORS = ("gemma3",)
+PROJECTORS = ("gemma3", "qwen2a", "ultravox")
+AUDIO_TEXT_ARCH = {"qwen2a": "qwen2", "ultravox": "llama"}
+ULTRAVOX_STACK = 4   # the real 8 makes llama.cpp 0c1e570 abort on a 30 s window (187 vs 188 tokens)
+
+# ChatML, as Qwen2-Audio's template renders a string-content turn (without its default system)
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+)
+CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|audio_bos|>", "<|audio_eos|>")
 
 # Gemma 3's chat template as far as a string-content turn goes (the published one also folds a
 # system turn into the first user turn and renders image items as <start_of_image>).
@@ -58,10 +73,31 @@ SIZES = {
 }
 
 
+@dataclass(frozen=True)
+class AudioTower:
+    """A Whisper-style encoder's shape (HF WhisperConfig names in comments)."""
+    n_embd: int        # d_model
+    n_ff: int          # encoder_ffn_dim
+    n_layer: int       # encoder_layers
+    n_head: int        # encoder_attention_heads
+    n_mel: int         # num_mel_bins
+    n_pos: int         # max_source_positions
+    text_embd: int
+    text_layers: int
+
+
+AUDIO_SIZES = {
+    "tiny": AudioTower(64, 128, 2, 4, 128, 1500, text_embd=128, text_layers=2),
+    "real": AudioTower(512, 2048, 6, 8, 80, 1500, text_embd=512, text_layers=2),
+}
+
+
 def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
     """Write (or reuse) a model + mmproj pair under outdir; returns (model, mmproj) paths."""
     if projector not in PROJECTORS:
         raise ValueError(f"unknown projector {projector!r}; supported: {', '.join(PROJECTORS)}")
+    if projector in AUDIO_TEXT_ARCH:
+        return _write_audio_pair(Path(outdir), projector, AUDIO_SIZES[size], size, seed, wtype)
     tower = SIZES[size]
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -78,22 +114,23 @@ def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
     return model, mmproj
 
 
-def _gemma3_vocab(path):
-    """llama.cpp's llama-spm vocab plus Gemma 3's turn and image control tokens and its chat
-    template: a small vocab that tokenizes the prompts llama-mtmd-cli builds."""
+def _gemma3_vocab(path, specials=GEMMA3_SPECIALS, template=GEMMA3_TEMPLATE):
+    """llama.cpp's llama-spm vocab plus a family's turn and media control tokens and its chat
+    template (Gemma 3's by default): a small vocab that tokenizes the prompts llama-mtmd-cli
+    builds."""
     if path.exists():
         return path
     kvs = gguf_factory._tokenizer_kvs(gguf_factory._vocab_path("llama-spm"))
     writer = gguf.GGUFWriter(str(path.with_suffix(".part")), "llama")
     keys = gguf.Keys.Tokenizer
-    extra = {keys.LIST: [t.encode() for t in GEMMA3_SPECIALS], keys.SCORES: [0.0] * 4,
-             keys.TOKEN_TYPE: [gguf.TokenType.CONTROL] * 4}
+    extra = {keys.LIST: [t.encode() for t in specials], keys.SCORES: [0.0] * len(specials),
+             keys.TOKEN_TYPE: [gguf.TokenType.CONTROL] * len(specials)}
     for key, (value, vtype, sub_type) in kvs.items():
         if key in extra:
             value = list(value) + extra[key]
         if key != keys.CHAT_TEMPLATE:
             writer.add_key_value(key, value, vtype, sub_type=sub_type)
-    writer.add_chat_template(GEMMA3_TEMPLATE)
+    writer.add_chat_template(template)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()
@@ -161,9 +198,89 @@ def _gemma3_tensors(tower):
     yield name(MODEL_TENSOR.V_MM_INP_PROJ), (e, tower.text_embd), "matrix"
 
 
+def _write_audio_pair(outdir, projector, tower, size, seed, wtype):
+    outdir.mkdir(parents=True, exist_ok=True)
+    vocab = _gemma3_vocab(outdir / "chatml-mtmd-vocab.gguf", CHATML_SPECIALS, CHATML_TEMPLATE)
+    arch = AUDIO_TEXT_ARCH[projector]
+    model = gguf_factory.write_model(outdir, arch, "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
+                                     n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
+                                     vocab_from=vocab)
+    mmproj = outdir / f"mmproj-{projector}-{size}-{wtype}-s{seed}.gguf"
+    if not mmproj.exists():
+        tmp = mmproj.with_suffix(".part")
+        _write_audio_mmproj(tmp, projector, tower, seed, wtype)
+        tmp.rename(mmproj)
+    return model, mmproj
+
+
+def _write_audio_mmproj(path, projector, tower, seed, wtype):
+    """As WhisperEncoderModel / UltravoxWhisperEncoderModel write it: the audio keys of
+    MmprojModel, the projector type, mel bins, layer norm epsilon (and ultravox's stack factor);
+    conv weights forced to F16, positions, biases and norms F32, other matrices in wtype."""
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_type(gguf.GGUFType.MMPROJ)
+    writer.add_name(f"dasllama random {projector} mmproj {tower.n_embd}x{tower.n_layer}")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if wtype == "F16" else gguf.LlamaFileType.ALL_F32)
+    writer.add_clip_has_audio_encoder(True)
+    writer.add_audio_projection_dim(tower.text_embd)
+    writer.add_audio_embedding_length(tower.n_embd)
+    writer.add_audio_feed_forward_length(tower.n_ff)
+    writer.add_audio_block_count(tower.n_layer)
+    writer.add_audio_head_count(tower.n_head)
+    writer.add_clip_projector_type(projector)
+    writer.add_audio_num_mel_bins(tower.n_mel)
+    writer.add_audio_attention_layernorm_eps(1e-5)
+    if projector == "ultravox":
+        writer.add_audio_stack_factor(ULTRAVOX_STACK)
+    rng = np.random.default_rng(seed + 1)
+    for name, shape, kind in _audio_tensors(projector, tower):
+        data = _random(rng, name, shape)
+        if kind == "conv" or (kind == "matrix" and wtype == "F16"):
+            data = data.astype(np.float16)
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _audio_tensors(projector, tower):
+    """(name, numpy shape, kind) of a qwen2a / ultravox mmproj; numpy shape is GGUF ne reversed."""
+    def name(tensor, bid=None, suffix="weight"):
+        return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
+
+    e, ff = tower.n_embd, tower.n_ff
+    T = MODEL_TENSOR
+    for i, c_in in ((1, tower.n_mel), (2, e)):
+        yield name(T.A_ENC_CONV1D, i), (e, c_in, 3), "conv"
+        yield name(T.A_ENC_CONV1D, i, "bias"), (e, 1), "vector"        # the converter's unsqueeze(-1)
+    yield name(T.A_ENC_EMBD_POS), (tower.n_pos, e), "embd"
+    for bid in range(tower.n_layer):
+        for tensor, shape, bias in ((T.A_ENC_ATTN_Q, (e, e), True), (T.A_ENC_ATTN_K, (e, e), False),
+                                    (T.A_ENC_ATTN_V, (e, e), True), (T.A_ENC_OUTPUT, (e, e), True),
+                                    (T.A_ENC_FFN_UP, (ff, e), True), (T.A_ENC_FFN_DOWN, (e, ff), True)):
+            yield name(tensor, bid), shape, "matrix"
+            if bias:                                                    # Whisper's k_proj has none
+                yield name(tensor, bid, "bias"), shape[:1], "vector"
+        for tensor in (T.A_ENC_INPUT_NORM, T.A_ENC_OUTPUT_NORM):
+            yield name(tensor, bid), (e,), "vector"
+            yield name(tensor, bid, "bias"), (e,), "vector"
+    yield name(T.A_POST_NORM), (e,), "vector"
+    yield name(T.A_POST_NORM, suffix="bias"), (e,), "vector"
+    if projector == "qwen2a":
+        yield name(T.A_MMPROJ_FC), (tower.text_embd, e), "matrix"
+        yield name(T.A_MMPROJ_FC, suffix="bias"), (tower.text_embd,), "vector"
+    else:
+        stacked, hidden = e * ULTRAVOX_STACK, 2 * tower.text_embd
+        yield name(T.A_MM_NORM_PRE), (stacked,), "vector"
+        yield name(T.A_MMPROJ, 1), (2 * hidden, stacked), "matrix"
+        yield name(T.A_MM_NORM_MID), (hidden,), "vector"
+        yield name(T.A_MMPROJ, 2), (tower.text_embd, hidden), "matrix"
+
+
 def _random(rng, name, shape):
     """Weights that keep the tower's activations O(1) through every layer norm."""
-    if name.endswith("_norm.weight") or ".ln" in name or "post_ln.weight" in name:
+    if name.endswith("_norm.weight") or ".ln" in name or "post_ln.weight" in name or ".norm_" in name:
         return rng.uniform(0.5, 1.5, shape).astype(np.float32)
     if name.endswith(".bias"):
         return rng.normal(0.0, 0.1, shape).astype(np.float32)

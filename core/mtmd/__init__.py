@@ -1,2 +1,3 @@
-"""Image turns (`dasllama mtmd`): an mmproj's vision tower turns an image into embeddings that
-are spliced into the chat prompt in place of its media marker, as llama.cpp's libmtmd does."""
+"""Image and audio turns (`dasllama mtmd`): an mmproj's vision or audio tower turns an image or
+a clip into embeddings that are spliced into the chat prompt in place of its media marker, as
+llama.cpp's libmtmd does."""

@@ -1,5 +1,6 @@
-"""The mmproj GGUF (a vision tower and its projector, as llama.cpp's converter writes it):
-hyper-parameters from the `clip.*` keys, weights by their `v.*` / `mm.*` tensor names."""
+"""The mmproj GGUF (a vision or audio tower and its projector, as llama.cpp's converter writes
+it): hyper-parameters from the `clip.*` keys (`clip.vision.*`, `clip.audio.*`), weights by their
+`v.*` / `a.*` / `mm.*` / `mm.a.*` tensor names."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -8,9 +9,10 @@ from gguf.constants import Keys
 from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels.quants import F16, F32
 
-SUPPORTED = ("gemma3",)
-# the text families each projector's splice is made for (its markers, its non-causal image span)
-TEXT_FAMILIES = {"gemma3": ("gemma3",)}
+# projector type -> the medium its tower takes
+SUPPORTED = {"gemma3": "image", "qwen2a": "audio", "ultravox": "audio"}
+# the text families each projector's splice is made for (its markers, its non-causal media span)
+TEXT_FAMILIES = {"gemma3": ("gemma3",), "qwen2a": ("qwen2",), "ultravox": ("llama",)}
 
 
 class MmprojError(ValueError):
@@ -43,8 +45,41 @@ class VisionHParams:
         return (self.n_patches_side // self.n_merge) ** 2
 
 
+@dataclass(frozen=True)
+class AudioHParams:
+    """clip.audio.* of an mmproj: a Whisper-style encoder (two convolutions, pre-norm blocks)
+    and its projector. mtmd fixes the front end for these projectors: 16 kHz, 30 s windows of
+    3000 mel frames (n_fft 400, hop 160)."""
+    projector: str        # clip.audio.projector_type, else clip.projector_type
+    n_embd: int
+    n_ff: int
+    n_layer: int
+    n_head: int
+    n_mel: int            # clip.audio.num_mel_bins
+    eps: float            # the encoder's layer norm epsilon
+    stack_factor: int     # ultravox: frames stacked into one projector row (1: none)
+    n_embd_text: int      # the projector's output width: the text model's n_embd
+
+    n_frames = 3000       # mel frames in one window (mtmd splits the mel into these)
+
+    @property
+    def n_tokens(self):
+        """Audio tokens the projector gives per 30 s window: 1500 frames after the stride-2
+        convolution, halved by qwen2a's pool, or stacked by ultravox's factor with the last
+        stack zero-padded. (llama.cpp's clip_n_output_tokens stacks before halving, so for a
+        factor that does not divide 1500, such as Ultravox's real 8, it counts 187 where its
+        graph gives 188, and aborts; this count is the graph's.)"""
+        n = self.n_frames // 2                    # the second convolution's stride
+        if self.projector == "qwen2a":
+            n //= 2                               # its average pool
+        elif self.projector == "ultravox":
+            n = -(-n // self.stack_factor)
+        return n
+
+
 class Mmproj:
-    """An open mmproj: `hparams` and the tensors, read in place from the memory map."""
+    """An open mmproj: `vision` and `audio` hparams (None where the file has no such tower;
+    `hparams` is the vision one) and the tensors, read in place from the memory map."""
 
     def __init__(self, path):
         try:
@@ -52,14 +87,22 @@ class Mmproj:
         except GGUFError as e:
             raise MmprojError(str(e)) from None
         self.path = str(path)
-        self.hparams = _hparams(self.file, self.path)
+        self.vision, self.audio = _hparams(self.file, self.path)
+        self.hparams = self.vision
+
+    @property
+    def media(self):
+        """What the file's towers take: a tuple of "image" / "audio"."""
+        return tuple(m for m, hp in (("image", self.vision), ("audio", self.audio)) if hp is not None)
 
     def f32(self, name):
-        """A tensor as float32 in numpy order (GGUF ne reversed)."""
+        """A tensor as float32 in numpy order (GGUF ne reversed); F16 vectors are widened."""
         info = self._info(name)
-        if info.qtype != F32:
-            raise MmprojError(f"{self.path}: tensor {name} is {info.type_name}, dasllama reads it as F32 only.")
-        return self.file.tensor_bytes(name).view(np.float32).reshape(tuple(reversed(info.shape)))
+        if info.qtype not in (F16, F32):
+            raise MmprojError(f"{self.path}: tensor {name} is {info.type_name}, dasllama reads it as F32 or F16 only.")
+        dtype = np.float16 if info.qtype == F16 else np.float32
+        data = self.file.tensor_bytes(name).view(dtype).reshape(tuple(reversed(info.shape)))
+        return data if info.qtype == F32 else data.astype(np.float32)
 
     def matrix(self, name):
         """A weight matrix (n_rows, n_cols) as (qtype, raw rows) for the matmul kernels."""
@@ -74,27 +117,61 @@ class Mmproj:
     def _info(self, name):
         info = self.file.tensors.get(name)
         if info is None:
+            projector = " / ".join(hp.projector for hp in (self.vision, self.audio) if hp)
             raise MmprojError(f"{self.path} lacks the tensor {name} its projector "
-                              f"'{self.hparams.projector}' needs: the converter that wrote it is incomplete.")
+                              f"'{projector}' needs: the converter that wrote it is incomplete.")
         return info
 
 
+def _supported():
+    return ", ".join(f"{p} ({m})" for p, m in SUPPORTED.items())
+
+
 def _hparams(f, path):
-    projector = f.get(Keys.Clip.PROJECTOR_TYPE) or f.get(Keys.ClipVision.PROJECTOR_TYPE)
-    if f.architecture != "clip" or projector is None:
+    """(VisionHParams or None, AudioHParams or None) as clip.cpp reads them: the projector type
+    from clip.vision.projector_type / clip.audio.projector_type where the file has both towers,
+    else clip.projector_type."""
+    common = f.get(Keys.Clip.PROJECTOR_TYPE)
+    has_vision = bool(f.get(Keys.Clip.HAS_VISION_ENCODER, False))
+    has_audio = bool(f.get(Keys.Clip.HAS_AUDIO_ENCODER, False))
+    v_proj = f.get(Keys.ClipVision.PROJECTOR_TYPE) or common
+    a_proj = f.get(Keys.ClipAudio.PROJECTOR_TYPE) or common
+    if f.architecture != "clip" or (v_proj is None and a_proj is None):
         raise MmprojError(f"{path} is not an mmproj file (no {Keys.Clip.PROJECTOR_TYPE} key): pass "
                           "the mmproj GGUF written beside the model by llama.cpp's converter.")
-    if projector not in SUPPORTED:
-        raise MmprojError(f"{path} has projector type '{projector}'; dasllama supports "
-                          f"{', '.join(SUPPORTED)}.")
-    if not f.get(Keys.Clip.HAS_VISION_ENCODER, False):
-        raise MmprojError(f"{path} has no vision encoder (clip.has_vision_encoder).")
+    if not has_vision and not has_audio:
+        raise MmprojError(f"{path} has neither a vision nor an audio encoder "
+                          "(clip.has_vision_encoder, clip.has_audio_encoder).")
+    for has, proj, medium in ((has_vision, v_proj, "image"), (has_audio, a_proj, "audio")):
+        if has and SUPPORTED.get(proj) != medium:
+            raise MmprojError(f"{path} has {medium} projector type '{proj}'; dasllama supports "
+                              f"{_supported()}.")
 
     def need(key):
         if key not in f.metadata:
             raise MmprojError(f"{path} lacks the key {key}: the converter that wrote it is incomplete.")
         return f.metadata[key]
 
+    vision = _vision_hparams(f, path, v_proj, need) if has_vision else None
+    audio = _audio_hparams(f, path, a_proj, need) if has_audio else None
+    return vision, audio
+
+
+def _audio_hparams(f, path, projector, need):
+    a, att = Keys.ClipAudio, Keys.ClipAudio.Attention
+    hp = AudioHParams(
+        projector=projector, n_embd=int(need(a.EMBEDDING_LENGTH)), n_ff=int(need(a.FEED_FORWARD_LENGTH)),
+        n_layer=int(need(a.BLOCK_COUNT)), n_head=int(need(att.HEAD_COUNT)),
+        n_mel=int(need(a.NUM_MEL_BINS)), eps=float(need(att.LAYERNORM_EPS)),
+        stack_factor=int(need(a.Projector.STACK_FACTOR)) if projector == "ultravox" else 1,
+        n_embd_text=int(need(a.PROJECTION_DIM)))
+    if hp.n_embd % hp.n_head or hp.stack_factor < 1:
+        raise MmprojError(f"{path}: {hp.n_embd} wide does not split into {hp.n_head} heads, or the "
+                          f"stack factor {hp.stack_factor} is below 1.")
+    return hp
+
+
+def _vision_hparams(f, path, projector, need):
     v, a = Keys.ClipVision, Keys.ClipVision.Attention
     hp = VisionHParams(
         projector=projector, n_embd=int(need(v.EMBEDDING_LENGTH)), n_ff=int(need(v.FEED_FORWARD_LENGTH)),

@@ -1,75 +1,118 @@
-"""One chat turn with images, as llama-mtmd-cli runs it: the user's text (a media marker per
-image put in front when it has none) through the chat template, each marker replaced by
-<start_of_image>, the image's embeddings (non-causal among themselves), <end_of_image>;
-then sampled tokens."""
+"""One chat turn with images or audio, as llama-mtmd-cli runs it: the user's text (a media marker
+per item put in front when it has none) through the chat template, each marker replaced by the
+projector's begin marker, the item's embeddings, its end marker (gemma3 images:
+<start_of_image> ... <end_of_image>, non-causal among themselves; qwen2a audio: <|audio_bos|> ...
+<|audio_eos|>; ultravox audio: none); then sampled tokens."""
 import codecs
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from dasllama.core.llm.chat import render_chat
 from dasllama.core.llm.generate import Token
 from dasllama.core.llm.sampling import Sampler, SamplerParams
 
+from .audio_mel import mel_windows
 from .mmproj import TEXT_FAMILIES, Mmproj, MmprojError
 from .preprocess import gemma3_input
 from .siglip import Gemma3Tower
+from .whisper_enc import AudioTower
 
 MARKER = "<__media__>"                       # mtmd_default_marker()
-IMAGE_BEGIN, IMAGE_END = "<start_of_image>", "<end_of_image>"   # mtmd.cpp, gemma3
+# mtmd.cpp's begin / end markers around a projector's embeddings
+MARKERS = {"gemma3": ("<start_of_image>", "<end_of_image>"), "qwen2a": ("<|audio_bos|>", "<|audio_eos|>"),
+           "ultravox": ("", "")}
+NON_CAUSAL = {"gemma3"}                      # mtmd_decode_use_non_causal
+
+
+@dataclass(frozen=True)
+class Audio:
+    """A clip as the audio tower takes it: float32 mono samples at 16 kHz."""
+    samples: object                          # (n,) float32
 
 
 @dataclass
 class TurnTimings:
-    encode_s: list = field(default_factory=list)   # wall time of each image's tower
+    encode_s: list = field(default_factory=list)   # wall time of each item's tower
     prompt_s: float = 0.0
     gen_s: float = 0.0
     gen_tokens: int = 0
 
 
 class Vision:
-    """An mmproj's tower bound to a text model whose width it must give."""
+    """An mmproj's towers (image, audio or both) bound to a text model whose width they must give."""
 
     def __init__(self, mmproj_path, model, n_threads=None):
         mm = Mmproj(mmproj_path)
         arch = model.gguf.architecture
-        if arch not in TEXT_FAMILIES[mm.hparams.projector]:
-            raise MmprojError(f"{model.path} is a '{arch}' model, which takes no images from a "
-                              f"'{mm.hparams.projector}' mmproj: pass the model that mmproj was made for "
-                              f"({', '.join(TEXT_FAMILIES[mm.hparams.projector])}).")
-        if mm.hparams.n_embd_text != model.hparams.n_embd:
-            raise MmprojError(f"{mmproj_path} projects to {mm.hparams.n_embd_text} wide embeddings but the "
-                              f"model is {model.hparams.n_embd} wide: pass the mmproj made for this model.")
+        for hp, medium in ((mm.vision, "images"), (mm.audio, "audio")):
+            if hp is None:
+                continue
+            if arch not in TEXT_FAMILIES[hp.projector]:
+                raise MmprojError(f"{model.path} is a '{arch}' model, which takes no {medium} from a "
+                                  f"'{hp.projector}' mmproj: pass the model that mmproj was made for "
+                                  f"({', '.join(TEXT_FAMILIES[hp.projector])}).")
+            if hp.n_embd_text != model.hparams.n_embd:
+                raise MmprojError(f"{mmproj_path} projects to {hp.n_embd_text} wide embeddings but the "
+                                  f"model is {model.hparams.n_embd} wide: pass the mmproj made for this model.")
         if not hasattr(model, "eval_embd"):
             raise MmprojError("this dasllama's language model cannot take embeddings as input yet.")
-        self.mm, self.hparams = mm, mm.hparams
-        self.tower = Gemma3Tower(mm, n_threads)
+        self.mm, self.hparams = mm, mm.vision
+        self.tower = Gemma3Tower(mm, n_threads) if mm.vision else None
+        self.audio_tower = AudioTower(mm, n_threads) if mm.audio else None
 
-    def encode(self, img):
-        """A Pillow RGB image -> (n_tokens, n_embd) embeddings."""
-        return self.tower.encode(gemma3_input(img, self.hparams))
+    def check(self, n_images, n_audio):
+        """Refuse media the mmproj has no tower for, in one sentence."""
+        if n_images and self.tower is None:
+            raise MmprojError(f"{self.mm.path} has an audio tower only ('{self.mm.audio.projector}'): "
+                              "pass --audio, or the mmproj with a vision tower for --image.")
+        if n_audio and self.audio_tower is None:
+            raise MmprojError(f"{self.mm.path} has a vision tower only ('{self.mm.vision.projector}'): "
+                              "pass --image, or the mmproj with an audio tower for --audio.")
+
+    def projector(self, item):
+        return (self.mm.audio if isinstance(item, Audio) else self.mm.vision).projector
+
+    def encode(self, item):
+        """A Pillow RGB image or an Audio clip -> (n_tokens, n_embd) embeddings; a clip's 30 s
+        windows one after another, as mtmd concatenates them."""
+        if isinstance(item, Audio):
+            windows = mel_windows(item.samples, self.mm.audio.n_mel)
+            return np.concatenate([self.audio_tower.encode(w) for w in windows])
+        return self.tower.encode(gemma3_input(item, self.hparams))
 
 
-def turn_pieces(model, prompt, n_images, template=None, system=None):
-    """The text pieces around the images: n_images + 1 strings, the chat template applied."""
+def turn_pieces(model, prompt, n_images, template=None, system=None, projectors=None):
+    """The text pieces around the media: n_images + 1 strings, the chat template applied;
+    projectors names each item's projector in order (gemma3 for every one by default)."""
+    projectors = list(projectors or ["gemma3"] * n_images)
     if MARKER not in prompt:
         prompt = MARKER * n_images + prompt
     if prompt.count(MARKER) != n_images:
-        raise ValueError(f"the prompt has {prompt.count(MARKER)} media markers for {n_images} images.")
+        raise ValueError(f"the prompt has {prompt.count(MARKER)} media markers for {n_images} media.")
     tok = model.tokenizer
     bos = tok.token_to_piece(tok.bos_id, special=True).decode("utf-8", "replace") if tok.bos_id is not None else ""
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     text = render_chat(template or model.gguf.get("tokenizer.chat_template"), messages, bos, "")
     if tok.add_bos and bos and text.startswith(bos):
         text = text[len(bos):]                  # the tokenizer adds it, as llama.cpp strips it
-    return text.replace(MARKER, IMAGE_BEGIN + MARKER + IMAGE_END).split(MARKER)
+    pieces = text.split(MARKER)
+    for i, proj in enumerate(projectors):        # the begin marker ends piece i, the end opens i + 1
+        begin, end = MARKERS[proj]
+        pieces[i] += begin
+        pieces[i + 1] = end + pieces[i + 1]
+    return pieces
 
 
 def image_turn(model, vision, images, prompt, n_predict=-1, params=SamplerParams(), template=None,
                system=None, timings=None):
-    """Yield Tokens of the reply to `prompt` about `images` (Pillow RGB images)."""
+    """Yield Tokens of the reply to `prompt` about `images` (Pillow RGB images and Audio clips,
+    in the order of the prompt's markers)."""
     timings = timings if timings is not None else TurnTimings()
     tok = model.tokenizer
-    pieces = turn_pieces(model, prompt, len(images), template, system)
+    projectors = [vision.projector(item) for item in images]
+    pieces = turn_pieces(model, prompt, len(images), template, system, projectors)
     embds = []
     for img in images:
         t0 = time.perf_counter()
@@ -85,7 +128,7 @@ def image_turn(model, vision, images, prompt, n_predict=-1, params=SamplerParams
             logits = model.eval(ids)
             history += ids
         if i < len(embds):
-            logits = model.eval_embd(embds[i], causal=False)
+            logits = model.eval_embd(embds[i], causal=projectors[i] not in NON_CAUSAL)
     timings.prompt_s = time.perf_counter() - t0
     sampler = Sampler(params)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

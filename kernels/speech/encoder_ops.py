@@ -1,11 +1,13 @@
 """The steps of a Whisper-style or ViT encoder (Whisper's, SigLIP's), in place over rows: layer
-norm, bias + tanh-GELU, the softmax of attention scores, and the non-causal attention in tiles. numpy takes five to eight passes over a (T, n)
+norm, bias + tanh-GELU or erf-GELU, a kernel-3 convolution's input windows, the softmax of attention scores, and the non-causal attention in tiles. numpy takes five to eight passes over a (T, n)
 activation for each; these take one or two. They run on the calling thread without the GIL,
 so the caller shares rows out over its own threads: the encoder's pool, which runs its BLAS
 too, so numba's workers stay out of the encoder (see core.runtime.threads.DECODE_LAYERS). Their exp is
 Cephes' expf written so LLVM vectorises it (numba has no SVML here, and a libm call per
 element is slower than numpy's own vector loops).
 """
+import math
+
 import numpy as np
 from numba import njit
 
@@ -55,6 +57,42 @@ def bias_gelu(x, bias):
         row = x[t]
         for j in range(n_cols):
             row[j] = gelu_one(row[j] + bias[j])
+
+
+_SQRT_2_INV = np.float32(0.70710678118654752440)
+
+
+@njit(**JIT)
+def bias_gelu_erf(x, bias):
+    """x (T, n) <- 0.5 x (1 + erf(x / sqrt 2)) of x + bias, in place; bias (n,). ggml's
+    gelu_erf on f32 (an erff per element, no table), which llama.cpp's Whisper-style audio
+    towers use."""
+    n_rows, n_cols = x.shape
+    for t in range(n_rows):
+        row = x[t]
+        for j in range(n_cols):
+            v = row[j] + bias[j]
+            row[j] = _HALF * v * (_ONE + np.float32(math.erf(v * _SQRT_2_INV)))
+
+
+def bias_gelu_erf_ref(x, bias):
+    """The numpy reference of bias_gelu_erf (returns a new array), in float64."""
+    from math import erf
+    y = (x + bias).astype(np.float64)
+    return (0.5 * y * (1 + np.vectorize(erf)(y / np.sqrt(2)))).astype(np.float32)
+
+
+def conv3_windows(x, stride):
+    """The input rows of a kernel-3, padding-1 conv1d (ggml's im2col): x (C_in, T) ->
+    (T_out, C_in * 3), T_out = (T - 1) // stride + 1, each row (channel, tap) as a weight
+    (C_out, C_in, 3) flattens, so the conv is one product with that weight's rows."""
+    c_in, T = x.shape
+    xp = np.zeros((c_in, T + 2), np.float32)                                     # (C_in, T + 2)
+    xp[:, 1:-1] = x
+    n_out = (T + 2 - 3) // stride + 1
+    cs, ts = xp.strides
+    win = np.lib.stride_tricks.as_strided(xp, (n_out, c_in, 3), (stride * ts, cs, ts))
+    return np.ascontiguousarray(win).reshape(n_out, c_in * 3)
 
 
 @njit(**JIT, fastmath={"reassoc", "contract"})
