@@ -62,10 +62,14 @@ def share_out(weights, pool):
 
 
 class Layer:
-    def __init__(self, mm, il):
-        p = f"v.blk.{il}."
+    """One pre-norm block's weights under `prefix` (v.blk.N. for vision, a.blk.N. for audio), as
+    llama.cpp's converter names them; a missing q/k/v bias is zero (Whisper's keys have none)."""
+
+    def __init__(self, mm, prefix):
+        p = prefix
         (qt, q), (_, k), (_, v) = (mm.matrix(p + f"attn_{n}.weight") for n in "qkv")
-        bias = np.concatenate([mm.f32(p + f"attn_{n}.bias") for n in "qkv"])
+        bias = np.concatenate([mm.f32(p + f"attn_{n}.bias") if p + f"attn_{n}.bias" in mm.file.tensors
+                               else np.zeros(len(w), np.float32) for n, w in zip("qkv", (q, k, v))])
         self.qkv = Weight(qt, np.concatenate([q, k, v]), bias)   # one product for q | k | v
         self.out = Weight(*mm.matrix(p + "attn_out.weight"), mm.f32(p + "attn_out.bias"))
         self.up = Weight(*mm.matrix(p + "ffn_up.weight"))
@@ -75,7 +79,36 @@ class Layer:
         self.ln2 = mm.f32(p + "ln2.weight"), mm.f32(p + "ln2.bias")
 
 
-class Gemma3Tower:
+class PreNormTower:
+    """What the vision and audio towers share: pre-norm blocks of layer norm, non-causal
+    attention and a GELU MLP, each with its residual. `gelu` is the tower's bias + GELU kernel
+    (SigLIP's tanh form, Whisper's erf form); `hparams.eps`, `hparams.n_head` and `pool` are set
+    by the tower."""
+    gelu = staticmethod(bias_gelu)
+
+    def _block(self, layer, x):
+        h = self._layer_norm(x, *layer.ln1)
+        x = x + layer.out(self._attention(layer.qkv(h)))
+        h = self._layer_norm(x, *layer.ln2)
+        f = layer.up(h)
+        self.gelu(f, layer.up_bias)
+        return x + layer.down(f)
+
+    def _layer_norm(self, x, w, b):
+        x = np.ascontiguousarray(x)
+        out = np.empty_like(x)
+        layer_norm(x, w, b, self.hparams.eps, out)
+        return out
+
+    def _attention(self, qkv):                                # (T, 3 n) -> (T, n)
+        """Non-causal softmax(q k^T / sqrt(d)) v per head, in (head, query chunk) tiles."""
+        n = qkv.shape[1] // 3
+        qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
+        qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
+        return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
+
+
+class Gemma3Tower(PreNormTower):
     """SigLIP + the gemma3 projector from an open Mmproj: `encode(image) -> (n_tokens, n_embd_text)`."""
 
     def __init__(self, mm, n_threads=None):
@@ -84,7 +117,7 @@ class Gemma3Tower:
         self.patch = Weight(mm.file.tensors["v.patch_embd.weight"].qtype,
                             patch.reshape(hp.n_embd, -1), mm.f32("v.patch_embd.bias"))
         self.pos = mm.f32("v.position_embd.weight")               # (n_patches, n_embd)
-        self.layers = [Layer(mm, il) for il in range(hp.n_layer)]
+        self.layers = [Layer(mm, f"v.blk.{il}.") for il in range(hp.n_layer)]
         self.post_ln = mm.f32("v.post_ln.weight"), mm.f32("v.post_ln.bias")
         self.soft_emb_norm = mm.f32("mm.soft_emb_norm.weight")
         qt, proj = mm.matrix("mm.input_projection.weight")        # (n_embd, n_embd_text)
@@ -108,23 +141,3 @@ class Gemma3Tower:
         normed = np.empty_like(pooled)
         rms_norm_rows(pooled, self.soft_emb_norm, hp.eps, normed)
         return self.proj(normed)
-
-    def _block(self, layer, x):
-        h = self._layer_norm(x, *layer.ln1)
-        x = x + layer.out(self._attention(layer.qkv(h)))
-        h = self._layer_norm(x, *layer.ln2)
-        f = layer.up(h)
-        bias_gelu(f, layer.up_bias)
-        return x + layer.down(f)
-
-    def _layer_norm(self, x, w, b):
-        out = np.empty_like(x)
-        layer_norm(x, w, b, self.hparams.eps, out)
-        return out
-
-    def _attention(self, qkv):                                # (T, 3 n) -> (T, n)
-        """Non-causal softmax(q k^T / sqrt(d)) v per head, in (head, query chunk) tiles."""
-        n = qkv.shape[1] // 3
-        qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
-        qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
-        return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)

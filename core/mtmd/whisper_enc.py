@@ -18,27 +18,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from dasllama.kernels.quants import F16
-from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows, encoder_attention, layer_norm
+from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows
 from dasllama.kernels.vision import rms_norm_rows
 
-from .siglip import Q_CHUNK, Weight, share_out
+from .siglip import Layer, PreNormTower, Weight, share_out
 
 PROJ_EPS = 1e-6       # ultravox's RMS norms (fixed in whisper-enc.cpp)
-
-
-class Layer:
-    def __init__(self, mm, il):
-        p = f"a.blk.{il}."
-        (qt, q), (_, k), (_, v) = (mm.matrix(p + f"attn_{n}.weight") for n in "qkv")
-        n = q.shape[0]
-        bias = np.concatenate([mm.f32(p + "attn_q.bias"), np.zeros(n, np.float32), mm.f32(p + "attn_v.bias")])
-        self.qkv = Weight(qt, np.concatenate([q, k, v]), bias)    # one product for q | k | v
-        self.out = Weight(*mm.matrix(p + "attn_out.weight"), mm.f32(p + "attn_out.bias"))
-        self.up = Weight(*mm.matrix(p + "ffn_up.weight"))
-        self.up_bias = mm.f32(p + "ffn_up.bias")
-        self.down = Weight(*mm.matrix(p + "ffn_down.weight"), mm.f32(p + "ffn_down.bias"))
-        self.ln1 = mm.f32(p + "ln1.weight"), mm.f32(p + "ln1.bias")
-        self.ln2 = mm.f32(p + "ln2.weight"), mm.f32(p + "ln2.bias")
 
 
 def _conv(mm, i):
@@ -48,15 +33,16 @@ def _conv(mm, i):
     return Weight(F16, rows), mm.f32(f"a.conv1d.{i}.bias").reshape(-1)
 
 
-class AudioTower:
+class AudioTower(PreNormTower):
     """A qwen2a or ultravox tower from an open Mmproj: `encode(mel) -> (n_tokens, n_embd_text)`."""
+    gelu = staticmethod(bias_gelu_erf)
 
     def __init__(self, mm, n_threads=None):
         hp = self.hparams = mm.audio
         self.conv1, self.conv1_bias = _conv(mm, 1)
         self.conv2, self.conv2_bias = _conv(mm, 2)
         self.pos = mm.f32("a.position_embd.weight")                              # (n_pos_max, n_embd)
-        self.layers = [Layer(mm, il) for il in range(hp.n_layer)]
+        self.layers = [Layer(mm, f"a.blk.{il}.") for il in range(hp.n_layer)]
         self.post_ln = mm.f32("a.post_ln.weight"), mm.f32("a.post_ln.bias")
         if hp.projector == "qwen2a":
             self.fc = Weight(*mm.matrix("mm.a.fc.weight"), mm.f32("mm.a.fc.bias"))
@@ -106,24 +92,3 @@ class AudioTower:
         out = np.empty_like(x)
         rms_norm_rows(x, w, PROJ_EPS, out)
         return out
-
-    def _block(self, layer, x):
-        h = self._layer_norm(x, *layer.ln1)
-        x = x + layer.out(self._attention(layer.qkv(h)))
-        h = self._layer_norm(x, *layer.ln2)
-        f = layer.up(h)
-        bias_gelu_erf(f, layer.up_bias)
-        return x + layer.down(f)
-
-    def _layer_norm(self, x, w, b):
-        x = np.ascontiguousarray(x)
-        out = np.empty_like(x)
-        layer_norm(x, w, b, self.hparams.eps, out)
-        return out
-
-    def _attention(self, qkv):                                # (T, 3 n) -> (T, n)
-        """Non-causal softmax(q k^T / sqrt(d)) v per head, in (head, query chunk) tiles."""
-        n = qkv.shape[1] // 3
-        qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
-        qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
-        return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
