@@ -5,13 +5,18 @@ A family file (core/llm/families/*.py) describes its model as tables: weight slo
 biases), integer and float hyper-parameters and per-layer flags. `forward` runs T tokens
 through all layers without returning to Python, so a decode step costs one dispatch, not one
 per layer. Named intermediates can be recorded into a trace array for `verify`.
+
+The functions that reach the matmul dispatch (`_linear` and everything that calls it, marked
+@per_formats) are compiled once per set of weight formats, by step.step_for, against the
+dispatch over that set: a model's first run then compiles its own formats' kernels, not the
+registry's thirteen. The rest are compiled once for all.
 """
 from collections import namedtuple
 
 import numpy as np
 from numba import njit
 
-from dasllama.kernels.matmul import act_kind, dequantize_row, matmul, quantize_act
+from dasllama.kernels.matmul import act_kind, dequantize_row, quantize_act
 from dasllama.kernels.attention import attention, store_kv
 from dasllama.kernels.ops import geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply, swiglu
 
@@ -68,6 +73,19 @@ def net_of(wbuf, wtab, cbuf, ctab, fbuf, ftab, shape, layer_swa, layer_freq_base
                layer_swa, layer_freq_base, gelu_tab)
 
 
+PER_FORMATS = []    # (function, njit options) of the step's functions that reach `matmul`
+
+
+def per_formats(**options):
+    """Mark a function of the step that reaches `matmul` (a global it does not import: step.py
+    gives each set of formats its own): left plain Python here, compiled with `options` per
+    set by step.step_for."""
+    def mark(f):
+        PER_FORMATS.append((f, options))
+        return f
+    return mark
+
+
 # ONCE: the step's parts called from one place only (_qkv, _ffn, _attn_out, _output) are
 # inlined into `forward` rather than compiled apart: each function that takes the Net costs
 # ~5 s of a cold start on its own (typing and lowering that large a tuple of arrays), and
@@ -89,7 +107,7 @@ def _fvec(fbuf, frow):
     return fbuf[frow[0]:frow[0] + frow[1]]
 
 
-@njit(cache=True)
+@per_formats()
 def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
     wrow, prow: the weight's wtab row (offset, qtype, rows, cols) and ctab entries (the same
@@ -114,7 +132,7 @@ def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
     xf2 = _view(xf, T, cols)
     if kind != have:
         quantize_act(kind, x, xq2, xd2, xa2, xf2)
-    matmul(qtype, wbuf[off:], rows, cols, xq2, xd2, xa2, xf2, T, out)
+    matmul(qtype, wbuf[off:], rows, cols, xq2, xd2, xa2, xf2, T, out)  # noqa: F821  (step.py's)
     return kind
 
 
@@ -189,7 +207,7 @@ def _embed(tokens, net, x):
         _scale(x, np.float32(net.shape.embd_scale))
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
     """Layer il's q, k, v of xn (T, n_embd): the projections (one fused QKV weight or three)
     with their biases, QK-norm where the family has it, then RoPE (angles: the layer's table).
@@ -220,7 +238,7 @@ def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
     rope_apply(k, angles, sh.n_head_kv, sh.head_dim, sh.n_rot, sh.rope_mode)
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     """out (T, n_embd) = layer il's feed-forward of xn (T, n_embd): gate and up (two weights, or
     phi3's one [gate; up] through sfused), GeGLU or SwiGLU, down, and the post-norm where the
@@ -246,7 +264,7 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
         rms_norm(out, _fvec(net.fbuf, net.norms.ffn_post[il]), sh.eps, out)
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _attn_out(il, net, att, acts, ao):
     """ao (T, n_embd) = layer il's attention output projection of att, post-normed where the
     family has it."""
@@ -255,7 +273,7 @@ def _attn_out(il, net, att, acts, ao):
         rms_norm(ao, _fvec(net.fbuf, net.norms.attn_post[il]), net.shape.eps, ao)
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _output(x, net, acts, xo, out):
     """out (T, n_vocab) = the logits of x (T, n_embd): output norm into xo, the output matrix,
     and the final soft-cap where the family has one (ggml_scale by 1/cap, tanh, scale by cap)."""
@@ -305,7 +323,7 @@ def _trace(trace, name, layer, y):
                 trace[name, layer, t0 + t, i] = y[t, i]
 
 
-@njit(cache=True)
+@per_formats()
 def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, trace, n_threads):
     """Run T tokens (or T rows of embeddings) at positions pos0.. through the model; write the
     logits of the last n_out.
