@@ -13,7 +13,7 @@ from . import forward as fw
 from .families import family
 from .families.base import UnsupportedModel, build_tables, check_hparams
 from .kvcache import KVCache, new_block, ring_cells, window_intact
-from .step import step_for
+from .step import FirstCompile, step_for
 from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
 from ..runtime.threads import (DECODE_LAYERS, prefer_threading_layers, ram_bytes, set_threads,
@@ -225,6 +225,8 @@ class Model:
         self.hparams, self.flags, self.tables = self._describe()
         self.step = step_for(step_formats(self.tables.wtab))   # the step over this model's formats
         self._compiled = None if quiet else first_compile_notice(self.step.forward, "the engine's kernels")
+        # on a first run, compile on both cores from here on (see FirstCompile)
+        self._first_compile = None if self._compiled is None else FirstCompile(self.step, self.tables.shape)
         self.tokenizer = self._tokenizer()
         self.n_vocab = self.tables.shape.n_vocab
         if self.tokenizer.n_vocab > self.n_vocab:
@@ -393,6 +395,9 @@ class Model:
     def _forward(self, chunk, n_out, trace, embd=None, causal=True):
         first = self.n_past == 0 and not self.history
         embd = self._no_embd if embd is None else embd
+        if self._first_compile is not None:
+            self._first_compile.finish()
+            self._first_compile = None
         self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch, self.acts,
                    n_out, self.logits, trace, self.n_threads)
         self.n_past += max(chunk.size, embd.shape[0])

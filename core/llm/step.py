@@ -11,11 +11,19 @@ index files are named after the function's qualified name, and a step compiled f
 never loaded for another (the cache key otherwise holds the signature and the bytecode, the
 same for every set).
 """
+import os
+import pickle
+import subprocess
+import sys
 import types
 from collections import namedtuple
 
+import numba
+import numpy as np
 from numba import njit
 
+from dasllama.kernels.actq import quantize_act
+from dasllama.kernels.attention import attention
 from dasllama.kernels.matmul import matmul_for
 
 from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
@@ -53,3 +61,73 @@ def _build(qtypes):
     for g in module_globals:        # numba reads globals when it compiles: after this, before it
         g.update(own)
     return Step(own["forward"], own["forward_batch"], qtypes)
+
+
+class FirstCompile:
+    """A first run's compile (an empty cache) on both cores. numba compiles a function's callees
+    one after the other as it types it, on one core; here a second process compiles the step's
+    matmul dispatch (its kernels: a third of a cold start) into the disk cache from the
+    model's load on, while this one loads the model (which compiles the copies' fills) and then,
+    in `finish` before the step's first call, compiles attention and the activation quantiser
+    (another third); the step's compile then finds all three compiled. The arguments are
+    samples of the types the step passes (test_step.py checks they are): a sample of another
+    type would cost a compile the step does not use, never a wrong result. Where the helper
+    cannot start or fails, the step compiles the dispatch itself.
+
+    The helper runs only where a core is idle (the load average under the cores this process
+    may use, less one): on a host already busy it has no core to itself, and measured no gain
+    (2 cores at load 5.5: 143 s with it, 136 without). DASLLAMA_COMPILE_HELPER=1 or 0 forces it
+    on or off."""
+
+    def __init__(self, step, shape):
+        self.local, matmul_args = _samples(shape)
+        self.helper = None
+        if not _helper_pays():
+            return
+        sig = tuple(numba.typeof(a) for a in matmul_args)
+        try:
+            self.helper = subprocess.Popen(
+                [sys.executable, "-c", "from dasllama.core.llm.step import _helper; _helper()"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.helper.stdin.write(pickle.dumps((sorted(step.qtypes), sig)))
+            self.helper.stdin.close()
+        except OSError:
+            self.helper = None
+
+    def finish(self):
+        for dispatcher, args in self.local:
+            dispatcher.compile(tuple(numba.typeof(a) for a in args))
+        if self.helper is not None:
+            self.helper.wait()
+
+
+def _helper_pays():
+    forced = os.environ.get("DASLLAMA_COMPILE_HELPER")
+    if forced is not None:
+        return forced != "0"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return cores >= 2 and load <= cores - 1
+
+
+def _samples(shape):
+    """([(dispatcher, arguments)] this process compiles, the dispatch's arguments): arguments of
+    the types the step passes (one token; every array row-contiguous, the weights read-only)."""
+    def rows(dtype):
+        return np.zeros((1, 1), dtype)
+    weights = np.zeros(1, np.uint8)
+    weights.setflags(write=False)
+    x, xq, xd, xa, xf = rows(np.float32), rows(np.int8), rows(np.float32), rows(np.float32), rows(np.float32)
+    cache, cells = np.zeros((1, 1), np.uint16), np.zeros(1, np.int64)
+    sh = shape
+    attention_args = (x, cells, cache, cache, cells, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
+                      sh.kq_scale, sh.attn_softcap, sh.n_swa, True, x, 1)
+    local = [(attention, attention_args), (quantize_act, (np.int64(0), x, xq, xd, xa, xf))]
+    return local, (np.int64(0), weights, 1, 1, xq, xd, xa, xf, 1, x)
+
+
+def _helper():
+    """FirstCompile's second process: the dispatch over a set, for one signature, into the cache
+    (the environment, and so the cache folder and the variant selection, is the parent's)."""
+    qtypes, sig = pickle.load(sys.stdin.buffer)
+    matmul_for(qtypes).compile(sig)

@@ -50,3 +50,32 @@ def test_a_step_holds_the_same_logits_as_its_superset(tiny_model):
     ids = list(range(3, 20))
     np.testing.assert_array_equal(own.eval(ids, all_logits=True), wide.eval(ids, all_logits=True))
     np.testing.assert_array_equal(own.eval([5]), wide.eval([5]))
+
+
+def test_the_first_compiles_samples_have_the_types_the_step_passes(tiny_model):
+    # FirstCompile compiles the dispatch, attention and the quantiser from samples before the
+    # step: a sample of another type would be a compile the step does not use
+    from numba import typeof
+    model = Model(tiny_model("gemma3", "Q4_K"), n_ctx=64, n_threads=2, quiet=True)
+    local, matmul_args = step._samples(model.tables.shape)
+    model.eval([1, 2, 3])
+    model.eval([4])
+    assert tuple(typeof(a) for a in matmul_args) in M.matmul_for(model.step.qtypes).signatures
+    for dispatcher, args in local:
+        assert tuple(typeof(a) for a in args) in dispatcher.signatures, dispatcher.__name__
+
+
+def test_the_helper_compiles_the_dispatch_into_the_cache_for_this_process(tiny_model, monkeypatch):
+    # the second process's compile is this one's cache hit, not a second compile
+    from numba import typeof
+    monkeypatch.setenv("DASLLAMA_COMPILE_HELPER", "1")
+    model = Model(tiny_model("llama", "Q4_0"), n_ctx=64, n_threads=2, quiet=True)
+    first = step.FirstCompile(model.step, model.tables.shape)
+    assert first.helper is not None
+    first.finish()
+    assert first.helper.returncode == 0
+    _, matmul_args = step._samples(model.tables.shape)
+    sig = tuple(typeof(a) for a in matmul_args)
+    dispatch = M.matmul_for(model.step.qtypes)
+    dispatch.compile(sig)
+    assert dispatch.stats.cache_hits[sig] == 1 and not dispatch.stats.cache_misses[sig]
