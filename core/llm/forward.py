@@ -314,7 +314,9 @@ def place_batch(kv, positions, n_swa):
 
 @njit(cache=True)
 def _trace(trace, name, layer, y):
-    """Record y (rows, n) as the last `rows` tokens of the trace (fewer in the last layer)."""
+    """Record y (rows, n) as the last `rows` tokens of the trace (fewer in the last layer).
+    Callers pass `name` as np.int64(k), not a literal k: numba compiles a function once per
+    literal argument value, and the ten literal names were ten compiles of a cold start."""
     if trace.shape[0] > 0:
         rows, n = y.shape
         t0 = trace.shape[2] - rows
@@ -352,22 +354,22 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
 
     for il in range(sh.n_layer):
         rms_norm(x, _fvec(net.fbuf, net.norms.attn[il]), eps, xn)
-        _trace(trace, 0, il, xn)
+        _trace(trace, np.int64(0), il, xn)
         _qkv(il, net, xn, acts, scratch.gate, angles[layer_tab[il]], q, k, v)
-        _trace(trace, 1, il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
+        _trace(trace, np.int64(1), il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
         if sh.q_scale != 1.0:
             _scale(q, np.float32(sh.q_scale))
-        _trace(trace, 2, il, k)
-        _trace(trace, 3, il, v)
+        _trace(trace, np.int64(2), il, k)
+        _trace(trace, np.int64(3), il, v)
         kc, vc, kpos, cl = _layer_cache(kv, il, net.layer_swa, cells, cells_swa)
         store_kv(k, kc, cl)
         store_kv(v, vc, cl)
         n_swa = sh.n_swa if net.layer_swa[il] else 0
         attention(q, positions, kc, vc, kpos, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
                   sh.kq_scale, sh.attn_softcap, n_swa, causal, att, n_threads)
-        _trace(trace, 4, il, att)
+        _trace(trace, np.int64(4), il, att)
         _attn_out(il, net, att, acts, ao)
-        _trace(trace, 5, il, ao)
+        _trace(trace, np.int64(5), il, ao)
         if il == sh.n_layer - 1 and n_out < T:
             # llama.cpp keeps only the output rows from here on (ggml_get_rows of
             # inp_out_ids): the last FFN then takes the matmul path of n_out tokens
@@ -379,13 +381,13 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
             hid = _view(scratch.hid, n_out, sh.n_ff)
             T = n_out
         _add_residual(ao, x)
-        _trace(trace, 6, il, x)
+        _trace(trace, np.int64(6), il, x)
 
         rms_norm(x, _fvec(net.fbuf, net.norms.ffn[il]), eps, xn)
-        _trace(trace, 7, il, xn)
+        _trace(trace, np.int64(7), il, xn)
         _ffn(il, net, xn, acts, scratch.hid, gate, up, hid, ao)
-        _trace(trace, 8, il, ao)
+        _trace(trace, np.int64(8), il, ao)
         _add_residual(ao, x)
-        _trace(trace, 9, il, x)
+        _trace(trace, np.int64(9), il, x)
 
     _output(x[T - n_out:], net, acts, _view(scratch.xn, n_out, sh.n_embd), logits[:n_out])
