@@ -342,7 +342,7 @@ class Model:
         positions = np.array([c.n_past for c in caches], np.int64)
         slots = np.array([c.index for c in caches], np.int64)
         self.step.forward_batch(ids, positions, slots, self.net, caches[0].block, self.scratch, self.acts,
-                      self.logits, self.n_threads)
+                                self.logits, self.n_threads)
         for cache, token in zip(caches, ids):
             cache.n_past += 1
             cache.history.append(int(token))
@@ -398,8 +398,8 @@ class Model:
         if self._first_compile is not None:
             self._first_compile.finish()
             self._first_compile = None
-        self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch, self.acts,
-                   n_out, self.logits, trace, self.n_threads)
+        self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch,
+                          self.acts, n_out, self.logits, trace, self.n_threads)
         self.n_past += max(chunk.size, embd.shape[0])
         if self._compiled is not None:
             self._compiled()

@@ -2,7 +2,7 @@
 
 `matmul` is an if-chain over the qtypes it serves, and numba compiles every branch of it into
 the step that links it: the dispatch over the whole registry (13 formats, their copy layouts,
-both phases) made a gemma3 cold start compile ~20 kernels for formats the model does not hold.
+both phases) made a gemma3 cold start compile 27 matmul functions where its 7 qtypes need 12.
 `step_for(qtypes)` compiles forward.py's @per_formats functions (and batch.py's) against
 `matmul_for(qtypes)` instead: the same Python functions, given a copy of their module's
 globals in which `matmul`, `_linear`, `_qkv`, ... are the set's own. Each gets a qualified name
