@@ -137,6 +137,16 @@ def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
 
 
 @njit(cache=True)
+def _split_cols(src, dst, c0):
+    """dst (T, n) = src[:, c0:c0 + n], element by element: a slice assignment (dst[t, :] =
+    src[t, a:b]) links numba's shape-mismatch error path, whose message formatting (str,
+    repr, join of tuples) was ~80 helper compiles and ~10 % of a cold start's numba seconds."""
+    for t in range(dst.shape[0]):
+        for i in range(dst.shape[1]):
+            dst[t, i] = src[t, c0 + i]
+
+
+@njit(cache=True)
 def _add_bias(fbuf, frow, y):
     if frow[1] > 0:
         b = _fvec(fbuf, frow)
@@ -219,10 +229,9 @@ def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
         _linear(net.wbuf, w.qkv[il], net.cbuf, c.qkv[il], xn, acts, qkv, no_acts)
         _add_bias(fb, nm.bqkv[il], qkv)
         nq, nk = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
-        for t in range(xn.shape[0]):
-            q[t, :] = qkv[t, :nq]
-            k[t, :] = qkv[t, nq:nq + nk]
-            v[t, :] = qkv[t, nq + nk:]
+        _split_cols(qkv, q, np.int64(0))
+        _split_cols(qkv, k, nq)
+        _split_cols(qkv, v, nq + nk)
     else:
         have = _linear(net.wbuf, w.q[il], net.cbuf, c.q[il], xn, acts, q, no_acts)
         have = _linear(net.wbuf, w.k[il], net.cbuf, c.k[il], xn, acts, k, have)
@@ -252,9 +261,8 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     else:
         gu = _view(sfused, xn.shape[0], 2 * n_ff)     # phi3: ffn_up holds [gate; up]
         _linear(net.wbuf, w.up[il], net.cbuf, c.up[il], xn, acts, gu, no_acts)
-        for t in range(xn.shape[0]):
-            gate[t, :] = gu[t, :n_ff]
-            up[t, :] = gu[t, n_ff:]
+        _split_cols(gu, gate, np.int64(0))
+        _split_cols(gu, up, n_ff)
     if sh.act == ACT_GELU:
         geglu(gate, up, net.gelu_tab, hid)
     else:
@@ -348,7 +356,7 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
     cells, cells_swa = place_batch(kv, positions, sh.n_swa)
     angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base)
     if embd.shape[0] > 0:
-        x[:, :] = embd
+        _split_cols(embd, x, np.int64(0))
     else:
         _embed(tokens, net, x)
 
