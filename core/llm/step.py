@@ -74,10 +74,10 @@ class FirstCompile:
     type would cost a compile the step does not use, never a wrong result. Where the helper
     cannot start or fails, the step compiles the dispatch itself.
 
-    The helper runs only where a core is idle (the load average under the cores this process
-    may use, less one): on a host already busy it has no core to itself, and measured no gain
-    (2 cores at load 5.5: 143 s with it, 136 without). DASLLAMA_COMPILE_HELPER=1 or 0 forces it
-    on or off."""
+    Off unless DASLLAMA_COMPILE_HELPER=1: on the shared 2-core host it was measured on it
+    cost time (at load 5.5, 143 s against 136 without; at load 3.4, 120 against 99: the
+    helper and the load's own fills fight for the same cores), and a quiet machine, where it
+    should pay, was not to be had (docs/BENCHMARKS.md, 2026-12-06)."""
 
     def __init__(self, step, shape):
         self.local, matmul_args = _samples(shape)
@@ -95,6 +95,8 @@ class FirstCompile:
             self.helper = None
 
     def finish(self):
+        if self.helper is None:
+            return      # nothing runs beside this process: the step compiles its callees itself
         for dispatcher, args in self.local:
             dispatcher.compile(tuple(numba.typeof(a) for a in args))
         if self.helper is not None:
@@ -102,12 +104,7 @@ class FirstCompile:
 
 
 def _helper_pays():
-    forced = os.environ.get("DASLLAMA_COMPILE_HELPER")
-    if forced is not None:
-        return forced != "0"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return cores >= 2 and load <= cores - 1
+    return os.environ.get("DASLLAMA_COMPILE_HELPER") == "1"
 
 
 def _samples(shape):
