@@ -10,7 +10,10 @@ freely, and tests assert equality with the plain reference.
 `matmul` dispatches on qtype and phase (one token: decode, more: prefill) to the active
 variant, ACTIVE[qtype, phase], as sidecar.py resolves it (pin, tuning sidecar, CPU profile,
 default), with per-shape winners where the sidecar has them; it is numba-callable from
-inside a compiled decode step.
+inside a compiled decode step. `matmul_for(qtypes)` is the same dispatch over the formats
+(and copy layouts) of one model only: a step compiled against it compiles those formats'
+kernels and no others (gemma3 holds 5 of the registry's 13, and a cold start spent most of
+its matmul seconds on the other 8).
 `set_active` swaps a variant and rebuilds `matmul` (do it before compiling callers, which
 freeze the dispatcher they saw).
 
@@ -30,7 +33,7 @@ from .dots import PATH_VEC, dot_ref, gemm_tokens
 from .quants import BLOCK_ELEMS, JIT, SUPPORTED, dequantize, dequantize_row, row_bytes, type_name
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
-           "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref"]
+           "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref", "matmul_for"]
 
 # Tile plans, one list per format; the first a phase offers is its default until a tuner says
 # otherwise.
@@ -56,6 +59,7 @@ def _resolve_active():
 
 _active = None      # ACTIVE, once something asks for it
 _matmul = None      # matmul, likewise
+_for_set = {}       # frozenset of qtypes -> its matmul (matmul_for)
 
 
 def _active_choices():
@@ -162,40 +166,53 @@ def shape_kernel(qtype, phase, chosen, build):
     return kernel
 
 
-def _active_kernels():
-    """{global name: kernel} of what the dispatch calls: each copy layout's kernel (the
-    16-row copies' where this CPU runs them; elsewhere no copy is made in their layouts, and
-    their names stand for the 8-row kernels, so nothing more is compiled), and each format's
-    active decode and prefill kernels."""
+def _all_qtypes():
+    """Every qtype the full `matmul` dispatches: each format's id and each copy layout."""
+    return frozenset([fmt.ID for fmt in formats.FORMATS] + list(rowgroups.LAYOUT_OF.values()))
+
+
+def _active_kernels(qtypes):
+    """{global name: kernel} of what the dispatch over `qtypes` calls: each copy layout's kernel
+    (the 16-row copies' where this CPU runs them; elsewhere no copy is made in their layouts,
+    and their names stand for the 8-row kernels, so nothing more is compiled), and each
+    format's active decode and prefill kernels."""
     kernels = {}
     for (source, width), layout in rowgroups.LAYOUT_OF.items():
-        use = layout if width == 8 or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, 8]
-        kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
+        if layout in qtypes:
+            use = layout if width == 8 or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, 8]
+            kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
     for fmt in formats.FORMATS:
-        kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
-        kernels[f"_prefill_{fmt.ID}"] = shape_kernel(fmt.ID, "prefill", _active_choices(), build_kernel)
+        if fmt.ID in qtypes:
+            kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
+            kernels[f"_prefill_{fmt.ID}"] = shape_kernel(fmt.ID, "prefill", _active_choices(), build_kernel)
     return kernels
 
 
 _ARGS = "w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out"
 
 
-def _dispatch_source():
-    """matmul's source, generated from the registry: the copies' layouts at any token count
-    (rowgroups.min_tokens), then each format's decode kernel for one token, its prefill
-    kernel for more."""
+def _dispatch_source(qtypes):
+    """matmul's source over `qtypes`, generated from the registry: the copies' layouts at any
+    token count (rowgroups.min_tokens), then each format's decode kernel for one token, its
+    prefill kernel for more. A qtype outside the set does nothing (the caller's set holds
+    every qtype it passes: model.step_formats)."""
     lines = ["def make(selection):",
              f"    def matmul(qtype, {_ARGS}):",
              f'        """{MATMUL_DOC}"""',
              "        _ = selection  # noqa: F841  (the cache key, see _build_matmul)"]
-    for i, layout in enumerate(rowgroups.LAYOUT_OF.values()):
+    copies = [layout for layout in rowgroups.LAYOUT_OF.values() if layout in qtypes]
+    for i, layout in enumerate(copies):
         lines += [f"        {'if' if i == 0 else 'elif'} qtype == {layout}:   # {type_name(layout)}",
                   f"            _copy_{layout}({_ARGS})"]
-    for phase, test in (("decode", "elif n_tokens == 1:"), ("prefill", "else:")):
-        lines.append(f"        {test}")
-        for i, fmt in enumerate(formats.FORMATS):
-            lines += [f"            {'if' if i == 0 else 'elif'} qtype == {fmt.ID}:   # {type_name(fmt.ID)}",
-                      f"                _{phase}_{fmt.ID}({_ARGS})"]
+    fmts = [fmt for fmt in formats.FORMATS if fmt.ID in qtypes]
+    if fmts:
+        lines.append(f"        {'elif' if copies else 'if'} n_tokens == 1:")
+        for phase in ("decode", "prefill"):
+            if phase == "prefill":
+                lines.append("        else:")
+            for i, fmt in enumerate(fmts):
+                lines += [f"            {'if' if i == 0 else 'elif'} qtype == {fmt.ID}:   # {type_name(fmt.ID)}",
+                          f"                _{phase}_{fmt.ID}({_ARGS})"]
     return lines + ["    return matmul"]
 
 
@@ -206,14 +223,27 @@ MATMUL_DOC = """out[:n_tokens, :n_rows] (T, R) = W (R, C) of `qtype` times the q
         One token runs the decode variant of the format, more the prefill variant."""
 
 
-def _build_matmul():
-    """The numba-callable matmul over the active kernels. The kernels are globals of its
-    generated source, which numba freezes in when it compiles; it captures only the selection
-    text, so its disk-cache key changes with the selection (a captured dispatcher would not
-    do: it pickles with a random uuid, missing the cache)."""
-    selection = ",".join(f"{key}={name}" for key, name in sorted(_active_choices().items(), key=str))
-    make = formats.compiled(_dispatch_source(), _active_kernels(), globals())["make"]
+def _build_matmul(qtypes=None):
+    """The numba-callable matmul over the active kernels of `qtypes` (default: every format
+    and copy layout). The kernels are globals of its generated source, which numba freezes in
+    when it compiles; it captures only the text of the selection and of the set, so its
+    disk-cache key changes with either (a captured dispatcher would not do: it pickles with a
+    random uuid, missing the cache)."""
+    qtypes = _all_qtypes() if qtypes is None else frozenset(qtypes)
+    chosen = {key: name for key, name in _active_choices().items() if key[0] in qtypes}
+    selection = ",".join(f"{key}={name}" for key, name in sorted(chosen.items(), key=str))
+    selection += ";qtypes=" + ",".join(map(str, sorted(qtypes)))
+    make = formats.compiled(_dispatch_source(qtypes), _active_kernels(qtypes), globals())["make"]
     return njit(**JIT)(make(selection))
+
+
+def matmul_for(qtypes):
+    """`matmul` over the formats and copy layouts in `qtypes` only (one per set per process):
+    what a model's compiled step links, so it compiles no other format's kernels."""
+    key = frozenset(int(q) for q in qtypes)
+    if key not in _for_set:
+        _for_set[key] = _build_matmul(key)
+    return _for_set[key]
 
 
 def set_active(qtype, name, phase=None):
@@ -229,6 +259,7 @@ def set_active(qtype, name, phase=None):
         active[qtype, ph] = name
         for key in [k for k in active if len(k) == 4 and k[:2] == (qtype, ph)]:
             del active[key]  # per-shape winners of the old choice
+    _for_set.clear()    # each was built over the old choice
     _matmul = _build_matmul()
     return _matmul
 
@@ -243,8 +274,8 @@ def matmul_f32(qtype, w, n_rows, n_cols, x, variant=None):
     xq, xd, xa, xf = act_buffers(n_tokens, n_cols)
     quantize_act(act_kind(qtype), x, xq, xd, xa, xf)
     out = np.empty((n_tokens, n_rows), np.float32)
-    if variant is None:
-        _dispatch()(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
+    if variant is None:   # the dispatch over this one format: it compiles no other's kernels
+        matmul_for((qtype,))(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
     else:
         build_kernel(qtype, variant)(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)
     return out

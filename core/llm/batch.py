@@ -14,7 +14,7 @@ from dasllama.kernels.attention import attention, store_kv
 from dasllama.kernels.ops import rms_norm
 
 from .forward import (_add_residual, _attn_out, _embed, _ffn, _fvec, _layer_cache, _output, _qkv,
-                      _rope_tables, _scale, _scratch_views, _view, place_batch)
+                      _rope_tables, _scale, _scratch_views, _view, per_formats, place_batch)
 from .kvcache import KV
 
 
@@ -24,7 +24,7 @@ def _row(block, i):
               block.heads[i])
 
 
-@njit(cache=True)
+@per_formats()   # compiled per set of formats, as forward (step.py)
 def forward_batch(tokens, positions, slots, net, block, scratch, acts, logits, n_threads):
     """Run tokens (B,) at positions (B,) of sequences slots (B,) through the model; write
     every row's logits into logits[:B].

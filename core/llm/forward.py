@@ -5,13 +5,18 @@ A family file (core/llm/families/*.py) describes its model as tables: weight slo
 biases), integer and float hyper-parameters and per-layer flags. `forward` runs T tokens
 through all layers without returning to Python, so a decode step costs one dispatch, not one
 per layer. Named intermediates can be recorded into a trace array for `verify`.
+
+The functions that reach the matmul dispatch (`_linear` and everything that calls it, marked
+@per_formats) are compiled once per set of weight formats, by step.step_for, against the
+dispatch over that set: a model's first run then compiles its own formats' kernels, not the
+registry's thirteen. The rest are compiled once for all.
 """
 from collections import namedtuple
 
 import numpy as np
 from numba import njit
 
-from dasllama.kernels.matmul import act_kind, dequantize_row, matmul, quantize_act
+from dasllama.kernels.matmul import act_kind, dequantize_row, quantize_act
 from dasllama.kernels.attention import attention, store_kv
 from dasllama.kernels.ops import geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply, swiglu
 
@@ -68,6 +73,19 @@ def net_of(wbuf, wtab, cbuf, ctab, fbuf, ftab, shape, layer_swa, layer_freq_base
                layer_swa, layer_freq_base, gelu_tab)
 
 
+PER_FORMATS = []    # (function, njit options) of the step's functions that reach `matmul`
+
+
+def per_formats(**options):
+    """Mark a function of the step that reaches `matmul` (a global it does not import: step.py
+    gives each set of formats its own): left plain Python here, compiled with `options` per
+    set by step.step_for."""
+    def mark(f):
+        PER_FORMATS.append((f, options))
+        return f
+    return mark
+
+
 # ONCE: the step's parts called from one place only (_qkv, _ffn, _attn_out, _output) are
 # inlined into `forward` rather than compiled apart: each function that takes the Net costs
 # ~5 s of a cold start on its own (typing and lowering that large a tuple of arrays), and
@@ -89,7 +107,7 @@ def _fvec(fbuf, frow):
     return fbuf[frow[0]:frow[0] + frow[1]]
 
 
-@njit(cache=True)
+@per_formats()
 def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
     wrow, prow: the weight's wtab row (offset, qtype, rows, cols) and ctab entries (the same
@@ -114,8 +132,18 @@ def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
     xf2 = _view(xf, T, cols)
     if kind != have:
         quantize_act(kind, x, xq2, xd2, xa2, xf2)
-    matmul(qtype, wbuf[off:], rows, cols, xq2, xd2, xa2, xf2, T, out)
+    matmul(qtype, wbuf[off:], rows, cols, xq2, xd2, xa2, xf2, T, out)  # noqa: F821  (step.py's)
     return kind
+
+
+@njit(cache=True)
+def _split_cols(src, dst, c0):
+    """dst (T, n) = src[:, c0:c0 + n], element by element: a slice assignment (dst[t, :] =
+    src[t, a:b]) links numba's shape-mismatch error path, whose message formatting (str,
+    repr, join of tuples) was ~80 helper compiles and ~10 % of a cold start's numba seconds."""
+    for t in range(dst.shape[0]):
+        for i in range(dst.shape[1]):
+            dst[t, i] = src[t, c0 + i]
 
 
 @njit(cache=True)
@@ -189,7 +217,7 @@ def _embed(tokens, net, x):
         _scale(x, np.float32(net.shape.embd_scale))
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
     """Layer il's q, k, v of xn (T, n_embd): the projections (one fused QKV weight or three)
     with their biases, QK-norm where the family has it, then RoPE (angles: the layer's table).
@@ -201,10 +229,9 @@ def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
         _linear(net.wbuf, w.qkv[il], net.cbuf, c.qkv[il], xn, acts, qkv, no_acts)
         _add_bias(fb, nm.bqkv[il], qkv)
         nq, nk = sh.n_head * sh.head_dim, sh.n_head_kv * sh.head_dim
-        for t in range(xn.shape[0]):
-            q[t, :] = qkv[t, :nq]
-            k[t, :] = qkv[t, nq:nq + nk]
-            v[t, :] = qkv[t, nq + nk:]
+        _split_cols(qkv, q, np.int64(0))
+        _split_cols(qkv, k, nq)
+        _split_cols(qkv, v, nq + nk)
     else:
         have = _linear(net.wbuf, w.q[il], net.cbuf, c.q[il], xn, acts, q, no_acts)
         have = _linear(net.wbuf, w.k[il], net.cbuf, c.k[il], xn, acts, k, have)
@@ -220,7 +247,7 @@ def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
     rope_apply(k, angles, sh.n_head_kv, sh.head_dim, sh.n_rot, sh.rope_mode)
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     """out (T, n_embd) = layer il's feed-forward of xn (T, n_embd): gate and up (two weights, or
     phi3's one [gate; up] through sfused), GeGLU or SwiGLU, down, and the post-norm where the
@@ -234,9 +261,8 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     else:
         gu = _view(sfused, xn.shape[0], 2 * n_ff)     # phi3: ffn_up holds [gate; up]
         _linear(net.wbuf, w.up[il], net.cbuf, c.up[il], xn, acts, gu, no_acts)
-        for t in range(xn.shape[0]):
-            gate[t, :] = gu[t, :n_ff]
-            up[t, :] = gu[t, n_ff:]
+        _split_cols(gu, gate, np.int64(0))
+        _split_cols(gu, up, n_ff)
     if sh.act == ACT_GELU:
         geglu(gate, up, net.gelu_tab, hid)
     else:
@@ -246,7 +272,7 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
         rms_norm(out, _fvec(net.fbuf, net.norms.ffn_post[il]), sh.eps, out)
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _attn_out(il, net, att, acts, ao):
     """ao (T, n_embd) = layer il's attention output projection of att, post-normed where the
     family has it."""
@@ -255,7 +281,7 @@ def _attn_out(il, net, att, acts, ao):
         rms_norm(ao, _fvec(net.fbuf, net.norms.attn_post[il]), net.shape.eps, ao)
 
 
-@njit(cache=True, inline="always")   # called once: see ONCE
+@per_formats(inline="always")   # called once: see ONCE
 def _output(x, net, acts, xo, out):
     """out (T, n_vocab) = the logits of x (T, n_embd): output norm into xo, the output matrix,
     and the final soft-cap where the family has one (ggml_scale by 1/cap, tanh, scale by cap)."""
@@ -296,7 +322,9 @@ def place_batch(kv, positions, n_swa):
 
 @njit(cache=True)
 def _trace(trace, name, layer, y):
-    """Record y (rows, n) as the last `rows` tokens of the trace (fewer in the last layer)."""
+    """Record y (rows, n) as the last `rows` tokens of the trace (fewer in the last layer).
+    Callers pass `name` as np.int64(k), not a literal k: numba compiles a function once per
+    literal argument value, and the ten literal names were ten compiles of a cold start."""
     if trace.shape[0] > 0:
         rows, n = y.shape
         t0 = trace.shape[2] - rows
@@ -305,7 +333,7 @@ def _trace(trace, name, layer, y):
                 trace[name, layer, t0 + t, i] = y[t, i]
 
 
-@njit(cache=True)
+@per_formats()
 def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, trace, n_threads):
     """Run T tokens (or T rows of embeddings) at positions pos0.. through the model; write the
     logits of the last n_out.
@@ -328,28 +356,28 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
     cells, cells_swa = place_batch(kv, positions, sh.n_swa)
     angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base)
     if embd.shape[0] > 0:
-        x[:, :] = embd
+        _split_cols(embd, x, np.int64(0))
     else:
         _embed(tokens, net, x)
 
     for il in range(sh.n_layer):
         rms_norm(x, _fvec(net.fbuf, net.norms.attn[il]), eps, xn)
-        _trace(trace, 0, il, xn)
+        _trace(trace, np.int64(0), il, xn)
         _qkv(il, net, xn, acts, scratch.gate, angles[layer_tab[il]], q, k, v)
-        _trace(trace, 1, il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
+        _trace(trace, np.int64(1), il, q)          # llama.cpp's "Qcur": after RoPE, before the query scale
         if sh.q_scale != 1.0:
             _scale(q, np.float32(sh.q_scale))
-        _trace(trace, 2, il, k)
-        _trace(trace, 3, il, v)
+        _trace(trace, np.int64(2), il, k)
+        _trace(trace, np.int64(3), il, v)
         kc, vc, kpos, cl = _layer_cache(kv, il, net.layer_swa, cells, cells_swa)
         store_kv(k, kc, cl)
         store_kv(v, vc, cl)
         n_swa = sh.n_swa if net.layer_swa[il] else 0
         attention(q, positions, kc, vc, kpos, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
                   sh.kq_scale, sh.attn_softcap, n_swa, causal, att, n_threads)
-        _trace(trace, 4, il, att)
+        _trace(trace, np.int64(4), il, att)
         _attn_out(il, net, att, acts, ao)
-        _trace(trace, 5, il, ao)
+        _trace(trace, np.int64(5), il, ao)
         if il == sh.n_layer - 1 and n_out < T:
             # llama.cpp keeps only the output rows from here on (ggml_get_rows of
             # inp_out_ids): the last FFN then takes the matmul path of n_out tokens
@@ -361,13 +389,13 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
             hid = _view(scratch.hid, n_out, sh.n_ff)
             T = n_out
         _add_residual(ao, x)
-        _trace(trace, 6, il, x)
+        _trace(trace, np.int64(6), il, x)
 
         rms_norm(x, _fvec(net.fbuf, net.norms.ffn[il]), eps, xn)
-        _trace(trace, 7, il, xn)
+        _trace(trace, np.int64(7), il, xn)
         _ffn(il, net, xn, acts, scratch.hid, gate, up, hid, ao)
-        _trace(trace, 8, il, ao)
+        _trace(trace, np.int64(8), il, ao)
         _add_residual(ao, x)
-        _trace(trace, 9, il, x)
+        _trace(trace, np.int64(9), il, x)
 
     _output(x[T - n_out:], net, acts, _view(scratch.xn, n_out, sh.n_embd), logits[:n_out])

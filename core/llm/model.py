@@ -10,10 +10,10 @@ from dasllama.kernels import ops, sidecar, rowgroups
 from dasllama.kernels.quants import Q5_0, SUPPORTED as SUPPORTED_QTYPES, row_bytes
 
 from . import forward as fw
-from .batch import forward_batch
 from .families import family
 from .families.base import UnsupportedModel, build_tables, check_hparams
 from .kvcache import KVCache, new_block, ring_cells, window_intact
+from .step import FirstCompile, step_for
 from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
 from ..runtime.threads import (DECODE_LAYERS, prefer_threading_layers, ram_bytes, set_threads,
@@ -72,6 +72,24 @@ def _copies_wanted(qtype, rows, layouts):
             lo, hi = min(lo, lo_other), max(hi, hi_other)
         wanted[name] = (layout, lo, hi)
     return wanted
+
+
+def step_formats(wtab, layouts=None):
+    """The qtypes a model's step multiplies (step.step_for compiles the matmul dispatch over
+    these only): its matrices' formats, and the layout of every copy weight_copies may make of
+    them (layouts: as weight_copies'). Every copy the layouts allow, whether or not it is made
+    (copies off, or past the RAM budget): so the set, and the compiled step, depend only on the
+    model and this CPU's layouts. The embedding (slot W_EMBD) is only dequantised, row by row,
+    and not multiplied, unless the output matrix is tied to it (its W_OUT row is the same)."""
+    layouts = layouts_in_force() if layouts is None else layouts
+    n_layer = wtab.shape[0] - 1
+    rows = [wtab[layer, slot] for layer in range(n_layer) for slot in range(wtab.shape[1])]
+    qtypes = set()
+    for off, qtype, n_rows, cols in rows + [wtab[n_layer, fw.W_OUT]]:
+        if qtype >= 0:
+            qtypes.add(int(qtype))
+            qtypes.update(layout for layout, _, _ in _copies_wanted(int(qtype), int(n_rows), layouts).values())
+    return frozenset(qtypes)
 
 
 def resident_weights(data, enabled=True, budget=None):
@@ -201,11 +219,14 @@ class Model:
                  copies=True, quiet=False):
         t0 = time.perf_counter()
         prefer_threading_layers(DECODE_LAYERS)
-        self._compiled = None if quiet else first_compile_notice(fw.forward, "the engine's kernels")
         self.path = os.fspath(path)
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)
         self.hparams, self.flags, self.tables = self._describe()
+        self.step = step_for(step_formats(self.tables.wtab))   # the step over this model's formats
+        self._compiled = None if quiet else first_compile_notice(self.step.forward, "the engine's kernels")
+        # on a first run, compile on both cores from here on (see FirstCompile)
+        self._first_compile = None if self._compiled is None else FirstCompile(self.step, self.tables.shape)
         self.tokenizer = self._tokenizer()
         self.n_vocab = self.tables.shape.n_vocab
         if self.tokenizer.n_vocab > self.n_vocab:
@@ -320,8 +341,8 @@ class Model:
                 raise ContextFull(f"a sequence is full at {self.n_ctx} tokens, or not of this block.")
         positions = np.array([c.n_past for c in caches], np.int64)
         slots = np.array([c.index for c in caches], np.int64)
-        forward_batch(ids, positions, slots, self.net, caches[0].block, self.scratch, self.acts,
-                      self.logits, self.n_threads)
+        self.step.forward_batch(ids, positions, slots, self.net, caches[0].block, self.scratch, self.acts,
+                                self.logits, self.n_threads)
         for cache, token in zip(caches, ids):
             cache.n_past += 1
             cache.history.append(int(token))
@@ -374,8 +395,11 @@ class Model:
     def _forward(self, chunk, n_out, trace, embd=None, causal=True):
         first = self.n_past == 0 and not self.history
         embd = self._no_embd if embd is None else embd
-        fw.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch, self.acts,
-                   n_out, self.logits, trace, self.n_threads)
+        if self._first_compile is not None:
+            self._first_compile.finish()
+            self._first_compile = None
+        self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch,
+                          self.acts, n_out, self.logits, trace, self.n_threads)
         self.n_past += max(chunk.size, embd.shape[0])
         if self._compiled is not None:
             self._compiled()

@@ -20,7 +20,9 @@ def first_compile_notice(compiled, what="its kernels"):
     import numba
     if compiled.signatures:
         return None
-    marker = Path(numba.config.CACHE_DIR) / f"{compiled.__name__}.compiled"
+    # the qualified name: an LLM step's carries its set of formats (llm/step.py), and a model of
+    # another set compiles a step of its own
+    marker = Path(numba.config.CACHE_DIR) / f"{getattr(compiled, '__qualname__', compiled.__name__)}.compiled"
     if marker.exists():
         return None
     print(f"dasllama: first run with this engine build: compiling {what} for this CPU "
