@@ -29,6 +29,7 @@ the winners of the types it uses, on its own shapes.
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numba
@@ -508,6 +509,8 @@ def in_force(qtypes=None):
             for key, phase, choice in sorted(named, key=lambda r: (sidecar.type_name(r[0][0]), r[1]))
             if qtypes is None or key[0] in qtypes]
     notes += [n for n in layout_notes if n not in notes]
+    for note in notes:     # as building the dispatch would: `tune --show` builds none
+        warnings.warn(note, sidecar.SidecarWarning, stacklevel=2)
     if doc:
         prov = doc["provenance"]
         status = (f"tuned {prov.get('created')} in {prov.get('seconds')} s, noise {prov.get('noise', 0):.1%}"
