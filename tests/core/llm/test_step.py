@@ -3,6 +3,7 @@ it links holds its formats' kernels and no others, the set covers every matrix a
 model multiplies, and each set has a cache entry of its own (a step of one set loaded for a
 model of another would multiply its weights with nothing)."""
 import numpy as np
+import pytest
 
 from dasllama.core import Model
 from dasllama.core.llm import forward as fw, step
@@ -60,6 +61,9 @@ def test_the_first_compiles_samples_have_the_types_the_step_passes(tiny_model):
     local, matmul_args = step._samples(model.tables.shape)
     model.eval([1, 2, 3])
     model.eval([4])
+    if any(model.step.forward.stats.cache_hits.values()):
+        # a step loaded from numba's disk cache types none of its callees in this process
+        pytest.skip("the step came from the disk cache: only a first compile shows its callees' types")
     assert tuple(typeof(a) for a in matmul_args) in M.matmul_for(model.step.qtypes).signatures
     for dispatcher, args in local:
         assert tuple(typeof(a) for a in args) in dispatcher.signatures, dispatcher.__name__
@@ -76,6 +80,8 @@ def test_the_helper_compiles_the_dispatch_into_the_cache_for_this_process(tiny_m
     assert first.helper.returncode == 0
     _, matmul_args = step._samples(model.tables.shape)
     sig = tuple(typeof(a) for a in matmul_args)
+    # a dispatcher of its own: one an earlier test compiled in this process answers from memory
+    monkeypatch.setattr(M, "_for_set", {})
     dispatch = M.matmul_for(model.step.qtypes)
     dispatch.compile(sig)
     assert dispatch.stats.cache_hits[sig] == 1 and not dispatch.stats.cache_misses[sig]
