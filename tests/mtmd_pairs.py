@@ -138,11 +138,17 @@ def _gemma3_vocab(path, specials=GEMMA3_SPECIALS, template=GEMMA3_TEMPLATE):
     return path
 
 
-def _write_gemma3_mmproj(path, tower, seed, wtype):
+def _mmproj_writer(path, projector, tower, wtype):
+    """A GGUFWriter with the keys every mmproj the converter writes starts with."""
     writer = gguf.GGUFWriter(str(path), "clip")
     writer.add_type(gguf.GGUFType.MMPROJ)
-    writer.add_name(f"dasllama random gemma3 mmproj {tower.n_embd}x{tower.n_layer}")
+    writer.add_name(f"dasllama random {projector} mmproj {tower.n_embd}x{tower.n_layer}")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if wtype == "F16" else gguf.LlamaFileType.ALL_F32)
+    return writer
+
+
+def _write_gemma3_mmproj(path, tower, seed, wtype):
+    writer = _mmproj_writer(path, "gemma3", tower, wtype)
     writer.add_clip_has_vision_encoder(True)
     writer.add_vision_projection_dim(tower.text_embd)
     writer.add_vision_image_size(tower.image_size)
@@ -217,10 +223,7 @@ def _write_audio_mmproj(path, projector, tower, seed, wtype):
     """As WhisperEncoderModel / UltravoxWhisperEncoderModel write it: the audio keys of
     MmprojModel, the projector type, mel bins, layer norm epsilon (and ultravox's stack factor);
     conv weights forced to F16, positions, biases and norms F32, other matrices in wtype."""
-    writer = gguf.GGUFWriter(str(path), "clip")
-    writer.add_type(gguf.GGUFType.MMPROJ)
-    writer.add_name(f"dasllama random {projector} mmproj {tower.n_embd}x{tower.n_layer}")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if wtype == "F16" else gguf.LlamaFileType.ALL_F32)
+    writer = _mmproj_writer(path, projector, tower, wtype)
     writer.add_clip_has_audio_encoder(True)
     writer.add_audio_projection_dim(tower.text_embd)
     writer.add_audio_embedding_length(tower.n_embd)
