@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dasllama.formats.onnx import Node
-
+from .fuse import fuse_chains
 from .graph_ops import OPS
 
 
@@ -28,41 +27,10 @@ class Step:
     frees: list          # values read for the last time here
 
 
-def fuse_scaled_convs(nodes, keep):
-    """ConvInteger > Add (its int32 bias) > Cast (to float) > Mul (by its scale), each value
-    read once, as one ConvIntegerScaled node at the Mul's place: ORT's quantised conv as the
-    exporter writes it, whose three element-wise passes over the int32 output become one
-    (graph_ops.conv_integer_scaled: the same operations in the same order). keep: values
-    that must stay (the graph's outputs)."""
-    readers = {}
-    for n in nodes:
-        for i in n.inputs:
-            readers.setdefault(i, []).append(n)
-
-    def sole(value, op):
-        found = readers.get(value, [])
-        if len(found) == 1 and found[0].op == op and found[0].inputs[0] == value and value not in keep:
-            return found[0]
-        return None
-
-    fused, dropped = {}, set()
-    for n in nodes:
-        if n.op != "ConvInteger":
-            continue
-        add = sole(n.outputs[0], "Add")
-        cast = add and sole(add.outputs[0], "Cast")
-        mul = cast and cast.attrs.get("to") == 1 and sole(cast.outputs[0], "Mul")
-        if not mul:
-            continue
-        fused[id(mul)] = Node("ConvIntegerScaled", n.name, list(n.inputs) + [add.inputs[1], mul.inputs[1]],
-                              list(mul.outputs), dict(n.attrs))
-        dropped.update((id(n), id(add), id(cast)))
-    return [fused.get(id(n), n) for n in nodes if id(n) not in dropped]
-
-
 class Graph:
     """An ONNX model (formats.onnx.OnnxModel) ready to run: `run({input: array}) -> {output: array}`.
-    fuse: run the quantised convs with their scaling as one op (fuse_scaled_convs)."""
+    fuse: run the chains fuse.fuse_chains recognises (quantised convs with their scaling,
+    AdaIN, Snake) as one op each."""
 
     def __init__(self, model, fuse=True):
         missing = sorted({n.op for n in model.nodes} - set(OPS))
@@ -79,7 +47,7 @@ class Graph:
             else:
                 live.append(n)
         if fuse:
-            live = fuse_scaled_convs(live, set(self.outputs))
+            live = fuse_chains(live, consts, set(self.outputs))
         self.consts = consts
         last = {}
         for k, n in enumerate(live):

@@ -16,6 +16,7 @@ import numpy as np
 from dasllama.kernels.tts.conv import CONV_ROWS, conv1d_tiled
 from dasllama.kernels.tts.intdot import conv_int, int_weights, matmul_int, scale_rows
 from dasllama.kernels.tts.lstm import lstm, recurrent_weights
+from dasllama.kernels.tts.pointwise import adain, snake
 from dasllama.kernels.tts.quant import dynamic_quantize
 
 from . import elementwise
@@ -88,14 +89,72 @@ def conv_integer(ins, attrs):
     return [np.ascontiguousarray(matmul_int(cols, x_zp, flat).T)[None]]
 
 
+_NO_RESIDUAL = np.zeros((0, 0), F32)
+
+
 def conv_integer_scaled(ins, attrs):
-    """ConvInteger, + its int32 bias, as float32, x its scale: graph.fuse_scaled_convs' node."""
+    """ConvInteger, + its int32 bias, as float32, x its scale (and + a residual, the 7th
+    input): fuse.fuse_scaled_convs' and fuse.fuse_residuals' node."""
     acc = conv_integer(ins[:4], attrs)[0][0]                              # (C_out, L_out) int32
     bias, scale = np.asarray(ins[4]), np.asarray(ins[5])
-    if bias.dtype != np.int32 or bias.size != acc.shape[0] or scale.dtype != F32 or scale.size != 1:
-        return [np.multiply((acc[None] + bias).astype(F32), scale)]
+    residual = ins[6] if len(ins) > 6 else None
+    if bias.dtype != np.int32 or bias.size != acc.shape[0] or scale.dtype != F32 or scale.size != 1 or (
+            residual is not None and (residual.dtype != F32 or residual.shape != (1,) + acc.shape)):
+        out = np.multiply((acc[None] + bias).astype(F32), scale)
+        return [out if residual is None else out + residual]
     out = np.empty((1,) + acc.shape, F32)
-    scale_rows(acc, bias.reshape(-1), scale.reshape(-1)[0], out[0])
+    rows = _NO_RESIDUAL if residual is None else np.ascontiguousarray(residual[0])
+    scale_rows(acc, bias.reshape(-1), scale.reshape(-1)[0], rows, out[0])
+    return [out]
+
+
+def _channels(x, *per_channel):
+    """x (1, C, T) float32 as (C, T) and each (1, C, 1) float32 as (C,), or None if any
+    is otherwise (then the fused op computes its chain node by node, as the graph would)."""
+    if x.dtype != F32 or x.ndim != 3 or x.shape[0] != 1:
+        return None
+    rows = []
+    for v in per_channel:
+        v = np.asarray(v)
+        if v.dtype != F32 or v.shape != (1, x.shape[1], 1):
+            return None
+        rows.append(np.ascontiguousarray(v.reshape(-1)))
+    return [np.ascontiguousarray(x[0])] + rows
+
+
+def _snake_nodes(x, alpha, inv_alpha):
+    return x + inv_alpha * np.square(np.sin(alpha * x))
+
+
+def _adain_nodes(x, gamma1, beta, eps):
+    d = x - x.mean(axis=2, keepdims=True)
+    return gamma1 * (d / np.sqrt((d * d).mean(axis=2, keepdims=True) + eps)) + beta
+
+
+_NO_SNAKE = np.zeros(0, F32)
+
+
+def snake_op(ins, attrs):
+    """Snake (fuse.fuse_snakes' node) in one pass: x, alpha, inv_alpha."""
+    rows = _channels(*ins)
+    if rows is None:
+        return [_snake_nodes(*ins)]
+    out = np.empty((1,) + rows[0].shape, F32)
+    snake(*rows, out[0])
+    return [out]
+
+
+def adain_op(ins, attrs):
+    """AdaIN (fuse.fuse_adains' node), and then Snake for AdaINSnake: x, gamma1, beta, eps
+    [, alpha, inv_alpha]."""
+    rows = _channels(ins[0], ins[1], ins[2], *ins[4:])
+    eps = np.asarray(ins[3])
+    if rows is None or eps.dtype != F32:
+        y = _adain_nodes(*ins[:4])
+        return [_snake_nodes(y, *ins[4:]) if len(ins) > 4 else y]
+    alpha, inv_alpha = rows[3:] if len(ins) > 4 else (_NO_SNAKE, _NO_SNAKE)
+    out = np.empty((1,) + rows[0].shape, F32)
+    adain(rows[0], rows[1], rows[2], F32(eps.reshape(-1)[0]), alpha, inv_alpha, out[0])
     return [out]
 
 
@@ -497,7 +556,7 @@ OPS = {
     "ScatterND": _scatter_nd, "ReduceMean": reduce(np.mean), "ReduceSum": reduce(np.sum),
     "DequantizeLinear": _dequantize_linear, "DynamicQuantizeLinear": dynamic_quantize_linear,
     "MatMulInteger": matmul_integer, "ConvInteger": conv_integer, "Conv": conv,
-    "ConvIntegerScaled": conv_integer_scaled,
+    "ConvIntegerScaled": conv_integer_scaled, "Snake": snake_op, "AdaIN": adain_op, "AdaINSnake": adain_op,
     "ConvTranspose": conv_transpose, "DynamicQuantizeLSTM": dynamic_quantize_lstm,
     "LayerNormalization": layer_normalization, "SkipLayerNormalization": skip_layer_normalization,
     "FastGelu": fast_gelu, "FusedMatMul": fused_matmul,

@@ -279,13 +279,19 @@ def _wide(weights):
 
 
 @njit(**PAR)
-def scale_rows(acc, bias, scale, out):
-    """out (N, T) float32 = float32(acc (N, T) int32 + bias[n]) * scale: ORT's Add, Cast and
-    Mul after a quantised conv, in that order, one pass."""
+def scale_rows(acc, bias, scale, residual, out):
+    """out (N, T) float32 = float32(acc (N, T) int32 + bias[n]) * scale (+ residual (N, T),
+    (0, 0) for none): ORT's Add, Cast and Mul after a quantised conv, in that order, and the
+    resblock's skip Add after them, one pass."""
+    with_residual = residual.shape[0] == acc.shape[0]
     for n in prange(acc.shape[0]):
         b = bias[n]
-        for t in range(acc.shape[1]):
-            out[n, t] = np.float32(acc[n, t] + b) * scale
+        if with_residual:
+            for t in range(acc.shape[1]):
+                out[n, t] = np.float32(acc[n, t] + b) * scale + residual[n, t]
+        else:
+            for t in range(acc.shape[1]):
+                out[n, t] = np.float32(acc[n, t] + b) * scale
 
 
 def _lanes_for(n):

@@ -21,8 +21,8 @@ def _feeds(model_path):
             "speed": np.ones(1, np.float32)}
 
 
-# fused: the quantised convs with their scaling as one op (graph.fuse_scaled_convs), whose
-# int32 sums the unfused run checks bit for bit
+# fused: the chains core/tts/fuse.py recognises as one op each (the quantised convs with their
+# scaling, AdaIN, Snake), whose int32 sums and float nodes the unfused run checks one by one
 @pytest.mark.parametrize("fuse", [False, True], ids=["ops", "fused"])
 def test_each_op_matches_onnxruntime(fuse):
     onnx = pytest.importorskip("onnx")
@@ -58,7 +58,7 @@ def test_each_op_matches_onnxruntime(fuse):
             values[o] = want                   # the next op reads the reference's value
 
     graph = Graph(onnx_file.read(path), fuse=fuse)
-    assert ("ConvIntegerScaled" in {s.op for s in graph.steps}) == fuse
+    assert ({"ConvIntegerScaled", "AdaIN", "AdaINSnake", "Snake"} <= {s.op for s in graph.steps}) == fuse
     graph.run(feeds, trace=check)
     assert not off, off[:5]
     # float ops: within a few float32 ulps of the largest value (measured <= 1e-6)
