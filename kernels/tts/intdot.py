@@ -147,6 +147,9 @@ def widened_rows(weights):
 
 # --- packing the activations -----------------------------------------------------------------
 
+_SUM_BLOCK = 2048           # positions a thread sums over the quads at once (its col_sums in L1)
+
+
 @njit(**PAR)
 def _pack_channels(x, pad_left, pad_value, x4, col_sums):
     """x (C, T) uint8 -> x4 (C/4 rounded up, n, 4): x4[c // 4, pad_left + j, c % 4] = x[c, j],
@@ -158,15 +161,25 @@ def _pack_channels(x, pad_left, pad_value, x4, col_sums):
         for j in range(n_pos):
             for i in range(4):
                 x4[q, j, i] = pad_value if 4 * q + i < c_in else 0
-        for i in range(min(4, c_in - 4 * q)):
-            row = x[4 * q + i]
+        if 4 * q + 4 <= c_in:      # a whole quad: four rows interleaved in one pass
+            r0, r1, r2, r3 = x[4 * q], x[4 * q + 1], x[4 * q + 2], x[4 * q + 3]
             for j in range(n):
-                x4[q, pad_left + j, i] = row[j]
-    for j in range(n_pos):
-        col_sums[j] = 0
-    for q in range(n_quads):
-        for j in range(n_pos):
-            col_sums[j] += np.int32(x4[q, j, 0]) + np.int32(x4[q, j, 1]) + np.int32(x4[q, j, 2]) + np.int32(x4[q, j, 3])
+                x4[q, pad_left + j, 0] = r0[j]
+                x4[q, pad_left + j, 1] = r1[j]
+                x4[q, pad_left + j, 2] = r2[j]
+                x4[q, pad_left + j, 3] = r3[j]
+        else:
+            for i in range(c_in - 4 * q):
+                row = x[4 * q + i]
+                for j in range(n):
+                    x4[q, pad_left + j, i] = row[j]
+    for block in prange((n_pos + _SUM_BLOCK - 1) // _SUM_BLOCK):
+        j0, j1 = block * _SUM_BLOCK, min(n_pos, (block + 1) * _SUM_BLOCK)
+        for j in range(j0, j1):
+            col_sums[j] = 0
+        for q in range(n_quads):
+            for j in range(j0, j1):
+                col_sums[j] += np.int32(x4[q, j, 0]) + np.int32(x4[q, j, 1]) + np.int32(x4[q, j, 2]) + np.int32(x4[q, j, 3])
 
 
 @njit(**PAR)

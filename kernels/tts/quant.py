@@ -16,7 +16,9 @@ from ..quants import JIT
 F32 = np.float32
 
 
-_LANES = 16                # running minima and maxima a lane, so the compares vectorise
+# running minima and maxima a lane, so the compares vectorise: 64 lanes are four zmm chains,
+# enough to hide vminps' latency (16 lanes, one chain: 2x slower over 4.7M values)
+_LANES = 64
 
 
 @njit(**JIT)
