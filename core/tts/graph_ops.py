@@ -16,6 +16,7 @@ import numpy as np
 from dasllama.kernels.tts.conv import CONV_ROWS, conv1d_tiled
 from dasllama.kernels.tts.intdot import conv_int, int_weights, matmul_int, scale_rows
 from dasllama.kernels.tts.lstm import lstm, recurrent_weights
+from dasllama.kernels.tts.ops import overlap_add
 from dasllama.kernels.tts.pointwise import adain, snake
 from dasllama.kernels.tts.quant import dynamic_quantize
 
@@ -206,6 +207,12 @@ def conv_transpose(ins, attrs):
     n_in = x.shape[2]
     full_n = (n_in - 1) * stride + k + out_pad
     c_out = c_group_out * groups
+    if groups == 1:
+        taps = (w.reshape(c_in, c_group_out * k).T @ x[0]).reshape(c_out, k, n_in)
+        out = np.empty((1, c_out, full_n - pads[0] - pads[1]), F32)
+        overlap_add(np.ascontiguousarray(taps, F32), stride, pads[0],
+                    _NO_BIAS if bias is None else np.asarray(bias, F32), out[0])
+        return [out]
     full = np.zeros((c_out, full_n), F32)
     per_in = c_in // groups
     for g in range(groups):
@@ -223,6 +230,9 @@ def conv_transpose(ins, attrs):
     if bias is not None:
         out = out + bias[:, None]
     return [np.ascontiguousarray(out[None], F32)]
+
+
+_NO_BIAS = np.zeros(0, F32)
 
 
 def _sigmoid(x):

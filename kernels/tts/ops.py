@@ -2,13 +2,13 @@
 
 Convolutions go through BLAS: a K-tap conv is K matrix products of the weight's tap with a
 shifted view of the padded input, accumulated, so no (C_in * K, T) im2col copy is made; a
-transposed conv is one product followed by K strided adds. The spline is VITS' inverse
+transposed conv is one product whose K taps are then overlapped row by row (overlap_add). The spline is VITS' inverse
 rational-quadratic transform with linear tails (`transforms.py` there), row by row.
 """
 import math
 
 import numpy as np
-from numba import njit, vectorize
+from numba import njit, prange, vectorize
 
 from ..quants import JIT
 
@@ -45,17 +45,43 @@ def conv1d(x, taps, bias, pads, dilation=1, groups=1):
     return out
 
 
-def conv_transpose1d(x, weight, bias, stride, pad):
-    """x (C_in, T), weight (C_in, C_out, K) -> (C_out, (T - 1) * stride + K - 2 * pad)."""
+@njit(**JIT, parallel=True)
+def overlap_add(taps, stride, pad_left, bias, out):
+    """A transposed conv's products taps (C, K, T) laid into out (C, N): position
+    i * stride + tap - pad_left gets taps[c, tap, i], summed from zero in tap order, then
+    + bias[c] (unless bias is empty): the bits of K strided numpy adds into zeros and a bias
+    add, each row done while it is in cache."""
+    c_out, k, n_in = taps.shape
+    n_out = out.shape[1]
+    with_bias = bias.shape[0] == c_out
+    for c in prange(c_out):
+        row = out[c]
+        for j in range(n_out):
+            row[j] = 0.0
+        for tap in range(k):
+            i_lo = max(0, -((tap - pad_left) // stride))                 # first i landing at >= 0
+            i_hi = min(n_in, (n_out - 1 + pad_left - tap) // stride + 1)
+            for i in range(i_lo, i_hi):
+                row[i * stride + tap - pad_left] += taps[c, tap, i]
+        if with_bias:
+            b = bias[c]
+            for j in range(n_out):
+                row[j] += b
+
+
+_NO_BIAS = np.zeros(0, np.float32)
+
+
+def conv_transpose1d(x, weight, bias, stride, pad, pad_right=None):
+    """x (C_in, T), weight (C_in, C_out, K) -> (C_out, (T - 1) * stride + K - pad - pad_right),
+    pad_right = pad unless given."""
     c_in, c_out, k = weight.shape
     n_in = x.shape[1]
     taps = (weight.reshape(c_in, c_out * k).T @ x).reshape(c_out, k, n_in)
-    full = np.zeros((c_out, (n_in - 1) * stride + k), np.float32)
-    for tap in range(k):
-        full[:, tap:tap + (n_in - 1) * stride + 1:stride] += taps[:, tap]
-    out = full[:, pad:full.shape[1] - pad]
-    if bias is not None:
-        out += bias[:, None]
+    n_out = (n_in - 1) * stride + k - pad - (pad if pad_right is None else pad_right)
+    out = np.empty((c_out, n_out), np.float32)
+    overlap_add(np.ascontiguousarray(taps, np.float32), stride, pad,
+                _NO_BIAS if bias is None else np.asarray(bias, np.float32), out)
     return out
 
 

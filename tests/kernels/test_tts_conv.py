@@ -1,10 +1,12 @@
 """The speech-out conv tiles (kernels/tts/conv.py) against their float64 reference: shapes
 with a time tail (not a multiple of the tile's columns), dilations, padding, the fused leaky
-ReLU and residual, and the channel counts of Piper's flow and HiFi-GAN."""
+ReLU and residual, and the channel counts of Piper's flow and HiFi-GAN; the transposed conv
+against its definition."""
 import numpy as np
 import pytest
 
 from dasllama.kernels.tts.conv import CONV_ROWS, conv1d_ref, conv1d_tiled, tiled
+from dasllama.kernels.tts.ops import conv_transpose1d
 
 # float32 fma chains of K * C_in terms against float64: measured <= 1.2e-5 at these sizes
 MAX_ABS_DIFF = 5e-5
@@ -53,3 +55,20 @@ def test_channels_split_over_a_pool_give_the_same_bits():
     with ThreadPoolExecutor(3) as pool:
         parts = conv1d_tiled(x, taps, None, (1, 1), pool=pool, n_parts=5)
     assert np.array_equal(whole, parts)
+
+
+@pytest.mark.parametrize("c_in, c_out, k, stride, pad, n", [(8, 4, 16, 8, 4, 37), (3, 2, 5, 1, 0, 9), (6, 5, 3, 2, 1, 1)])
+def test_conv_transpose_matches_its_definition(c_in, c_out, k, stride, pad, n):
+    # every input frame i adds weight[:, :, tap] . x[:, i] at output i * stride + tap - pad
+    rng = np.random.default_rng(k * n)
+    x = rng.standard_normal((c_in, n)).astype(np.float32)
+    weight = rng.standard_normal((c_in, c_out, k)).astype(np.float32)
+    bias = rng.standard_normal(c_out).astype(np.float32)
+    want = np.zeros((c_out, (n - 1) * stride + k))
+    for i in range(n):
+        for tap in range(k):
+            want[:, i * stride + tap] += weight[:, :, tap].T.astype(np.float64) @ x[:, i]
+    want = want[:, pad:want.shape[1] - pad] + bias[:, None]
+    got = conv_transpose1d(x, weight, bias, stride, pad)
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
