@@ -57,7 +57,8 @@ def test_channels_split_over_a_pool_give_the_same_bits():
     assert np.array_equal(whole, parts)
 
 
-@pytest.mark.parametrize("c_in, c_out, k, stride, pad, n", [(8, 4, 16, 8, 4, 37), (3, 2, 5, 1, 0, 9), (6, 5, 3, 2, 1, 1)])
+@pytest.mark.parametrize("c_in, c_out, k, stride, pad, n",
+                         [(8, 4, 16, 8, 4, 37), (3, 2, 5, 1, 0, 9), (6, 5, 3, 2, 1, 1)])
 def test_conv_transpose_matches_its_definition(c_in, c_out, k, stride, pad, n):
     # every input frame i adds weight[:, :, tap] . x[:, i] at output i * stride + tap - pad
     rng = np.random.default_rng(k * n)
