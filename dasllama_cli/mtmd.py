@@ -8,9 +8,9 @@ import click
 from dasllama.core import SamplerParams, load
 from dasllama.core.mtmd.mmproj import MmprojError
 from dasllama.core.mtmd.turn import Audio, TurnTimings, Vision, image_turn
-from dasllama.core.mtmd.audio_in import load_clip
+from dasllama.core.mtmd.media import load_media
 from dasllama.formats.audio import AudioError
-from dasllama.formats.image import ImageError, open_rgb
+from dasllama.formats.image import ImageError
 
 from .errors import user_errors
 from .options import THREADS, FiniteFloat
@@ -39,8 +39,9 @@ def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, t
         raise click.UsageError("--audio needs --mmproj, the audio tower made for this model.")
     with user_errors():
         try:
-            pictures = [open_rgb(p) for p in images]
-            clips = [Audio(_samples(p)) for p in audios]
+            pictures, clips = load_media(images, audios)
+            pictures = [image for _, image in pictures]
+            clips = [Audio(samples) for _, samples in clips]
             model = load(model_path, n_ctx=ctx_size, n_threads=threads, n_batch=max(512, ctx_size // 4),
                          quiet=quiet)
             vision = Vision(mmproj_path, model, threads) if mmproj_path else None
@@ -74,10 +75,3 @@ def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, t
                    f"{timings.prompt_s * 1000:.0f} ms; {timings.gen_tokens} tokens in {timings.gen_s * 1000:.0f} ms",
                    err=True)
 
-
-def _samples(path):
-    """A clip's 16 kHz samples; an audio file with none is refused, as mtmd refuses it."""
-    samples = load_clip(path)
-    if not len(samples):
-        raise AudioError(f"{path}: the file holds no audio samples.")
-    return samples
