@@ -107,10 +107,10 @@ def int_list(ctx, param, value):
 @click.option("--mmproj", "mmproj_path", type=click.Path(dir_okay=False, exists=True),
               help="Time a turn about media instead: the model's mmproj GGUF; with --ref llama.cpp, "
                    "llama-mtmd-cli beside it (encoder and whole-turn wall time, -n tokens).")
-@click.option("--image", "images", multiple=True, type=click.Path(dir_okay=False, exists=True),
-              help="--mmproj: an image for the turn; repeatable.")
-@click.option("--audio", "media_audios", multiple=True, type=click.Path(dir_okay=False, exists=True),
-              help="--mmproj: an audio clip for the turn (after the images); repeatable.")
+@click.option("--image", "--audio", "media", multiple=True,
+              help="--mmproj: an image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
+                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
+                   "llama-mtmd-cli reads it.")
 @click.option("--serve", "serve_url", metavar="URL",
               help="Load a running `dasllama serve` at URL instead: 8 streamed completions of -n "
                    "tokens at 1 and at --concurrency clients, alternated -r times; tokens/s and "
@@ -118,8 +118,8 @@ def int_list(ctx, param, value):
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 64),
               help="--serve: the clients at once to compare with one.")
 def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, refs, n_sentences, ref_bin,
-              seed_bench, ref_model, wait_idle, receipt_path, language, task, no_timestamps, mmproj_path, images,
-              media_audios, serve_url, concurrency):
+              seed_bench, ref_model, wait_idle, receipt_path, language, task, no_timestamps, mmproj_path, media,
+              serve_url, concurrency):
     """Measure prompt (pp) and generation (tg) speed as llama-bench does; with a Whisper model,
     the wall time and real-time factor of transcribing AUDIO; with a Piper voice (.onnx), of
     speaking N sentences; with --serve, a running server's throughput."""
@@ -128,19 +128,19 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
     if len(refs) > 1 and set(refs) != {"llama.cpp", "seed"}:
         raise click.UsageError("only a language model is timed against two references (--ref llama.cpp "
                                "--ref seed); give one --ref.")
-    if (images or media_audios) and not mmproj_path:
+    if media and not mmproj_path:
         raise click.UsageError("--image and --audio need --mmproj, the model's vision or audio tower.")
     if mmproj_path:
         if audio or asr or set(refs) - {"llama.cpp"}:
             raise click.UsageError("a media turn is timed against --ref llama.cpp (llama-mtmd-cli), with "
                                    "--image/--audio files and no AUDIO arguments.")
-        if not (images or media_audios):
+        if not media:
             raise click.UsageError("--mmproj times a turn about media: give --image FILE or --audio FILE.")
         if not model_path:
             raise click.UsageError("--mmproj needs -m, the text model it was made for.")
         hardware = probe_hardware()
         _warn_if_busy(hardware)
-        bench_mtmd(model_path, mmproj_path, images, media_audios, n_gen[0] if n_gen else 32, repetitions,
+        bench_mtmd(model_path, mmproj_path, media, n_gen[0] if n_gen else 32, repetitions,
                    threads or physical_cores(), fmt, "llama.cpp" in refs, wait_idle, build_info(hardware))
         return
     if serve_url:

@@ -4,11 +4,12 @@ import json
 
 import click
 
+from dasllama.core.mtmd.media import split_paths
 from dasllama.core.tools.bench_mtmd import run_mtmd_bench
 from dasllama.core.tools.ref_mtmd import ReferenceError, llama_cpp_dir
 
 
-def bench_mtmd(model_path, mmproj_path, images, audios, n_gen, repetitions, threads, fmt, with_ref, wait_idle,
+def bench_mtmd(model_path, mmproj_path, media, n_gen, repetitions, threads, fmt, with_ref, wait_idle,
                build):
     if with_ref:
         try:
@@ -22,7 +23,7 @@ def bench_mtmd(model_path, mmproj_path, images, audios, n_gen, repetitions, thre
                    f"{other}", err=True)
 
     try:
-        records = run_mtmd_bench(model_path, mmproj_path, images, audios, n_gen, threads, repetitions, with_ref,
+        records = run_mtmd_bench(model_path, mmproj_path, split_paths(media), n_gen, threads, repetitions, with_ref,
                                  idle_wait=wait_idle, on_sample=progress)
     except ReferenceError as e:
         raise click.ClickException(str(e)) from None
@@ -38,7 +39,7 @@ def bench_mtmd(model_path, mmproj_path, images, audios, n_gen, repetitions, thre
 def to_markdown(records):
     """One row per engine: encoder and turn seconds (mean ± sd); ours carries theirs / ours."""
     ours = records[0]
-    media = ", ".join(f"{n} {w}" for n, w in ((ours["n_images"], "image(s)"), (ours["n_audio"], "clip(s)")) if n)
+    media = f"{ours['n_media']} file(s)"
     lines = ["| engine | threads | media | tokens | encoder s | turn s | encoder ratio | turn ratio |",
              "|---|---:|---|---:|---:|---:|---:|---:|"]
     for r in records:

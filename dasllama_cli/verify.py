@@ -68,30 +68,30 @@ class SetupError(click.ClickException):
 @click.option("--mmproj", "mmproj_path", type=click.Path(dir_okay=False, exists=True),
               help="A multimodal turn: the model's mmproj GGUF; its towers' embeddings are compared with "
                    "libmtmd's, the turn's greedy text with llama-mtmd-cli's (-p the prompt, one).")
-@click.option("--image", "images", multiple=True, type=click.Path(dir_okay=False, exists=True),
-              help="--mmproj: an image for the turn; repeatable.")
-@click.option("--audio", "media_audios", multiple=True, type=click.Path(dir_okay=False, exists=True),
-              help="--mmproj: an audio clip for the turn (after the images); repeatable.")
+@click.option("--image", "--audio", "media", multiple=True,
+              help="--mmproj: an image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
+                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
+                   "llama-mtmd-cli reads it.")
 @click.option("--embd-bound", default=DEFAULT_EMBD_BOUND, show_default=True, type=FiniteFloat(0, min_open=True),
               help="--mmproj: the largest relative error of a tower's embeddings against libmtmd's.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on near-ties too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report instead of text.")
 def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_model, threads, ctx_size,
-               tie_gap, drift_bound, layers, language, task, no_timestamps, mmproj_path, images, media_audios,
+               tie_gap, drift_bound, layers, language, task, no_timestamps, mmproj_path, media,
                embd_bound, strict, as_json):
     """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts,
     or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does, or (a Piper voice .onnx)
     that our speech matches piper-tts's on the same phoneme ids, or (--mmproj) that a turn about
     images or audio matches libmtmd's embeddings and llama-mtmd-cli's text."""
-    if (images or media_audios) and not mmproj_path:
+    if media and not mmproj_path:
         raise click.UsageError("--image and --audio need --mmproj, the model's vision or audio tower.")
     if mmproj_path:
         if audio or asr or ref not in (None, "llama.cpp"):
             raise click.UsageError("a media turn is verified against llama.cpp's libmtmd and llama-mtmd-cli, "
                                    "with --image/--audio files and no AUDIO arguments.")
-        if not (images or media_audios):
+        if not media:
             raise click.UsageError("--mmproj verifies a turn about media: give --image FILE or --audio FILE.")
-        verify_mtmd(SetupError, model_path, mmproj_path, images, media_audios, prompts, n_predict, threads,
+        verify_mtmd(SetupError, model_path, mmproj_path, media, prompts, n_predict, threads,
                     ctx_size, embd_bound, as_json)
     if model_path and model_path.endswith((".onnx", ".onnx.json")):
         if audio or asr or ref not in (None, "piper"):

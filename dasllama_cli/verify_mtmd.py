@@ -8,9 +8,9 @@ import click
 
 from dasllama.core import load
 from dasllama.core.mtmd.mmproj import MmprojError
-from dasllama.core.mtmd.turn import Vision
+from dasllama.core.mtmd.turn import Audio, Vision
 from dasllama.core.tools.ref_mtmd import ReferenceError, llama_cpp_dir
-from dasllama.core.mtmd.media import load_media
+from dasllama.core.mtmd.media import load_media, split_paths
 from dasllama.core.tools.verify_mtmd import verify_turn
 from dasllama.formats.audio import AudioError
 from dasllama.formats.image import ImageError
@@ -20,22 +20,22 @@ from .errors import USER_ERRORS
 DEFAULT_PROMPT = "Describe this in detail."
 
 
-def verify_mtmd(setup_error, model_path, mmproj_path, images, audios, prompts, n_predict, threads, ctx_size,
-                embd_bound, as_json):
+def verify_mtmd(setup_error, model_path, mmproj_path, media, prompts, n_predict, threads, ctx_size, embd_bound,
+                as_json):
     if len(prompts) > 1:
         raise click.UsageError("a media turn is verified on one -p prompt.")
     prompt = prompts[0] if prompts else DEFAULT_PROMPT
     try:
-        pictures, clips = load_media(images, audios)
+        media = load_media(split_paths(media))
+        n_audio = sum(isinstance(item, Audio) for _, item in media)
         ref_root = llama_cpp_dir()
         model = load(model_path, n_ctx=ctx_size, n_threads=threads, n_batch=max(512, ctx_size // 4), quiet=True)
         vision = Vision(mmproj_path, model, threads)
-        vision.check(len(pictures), len(clips))
+        vision.check(len(media) - n_audio, n_audio)
         click.echo(f"verify: {model.path} with {mmproj_path} against libmtmd and llama-mtmd-cli "
                    f"({ref_root}), {model.n_threads} threads", err=True)
         with tempfile.TemporaryDirectory(prefix="dasllama-verify-") as workdir:
-            check = verify_turn(model, vision, mmproj_path, pictures, clips, prompt, n_predict, model.n_threads,
-                                workdir)
+            check = verify_turn(model, vision, mmproj_path, media, prompt, n_predict, model.n_threads, workdir)
     except (ImageError, AudioError, MmprojError, ReferenceError, *USER_ERRORS) as e:
         raise setup_error(str(e)) from None
     towers_ok = all(m.ok(embd_bound) for m in check.media)

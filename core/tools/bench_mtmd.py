@@ -15,13 +15,11 @@ from .ref_mtmd import ReferenceError, encode_ms, mtmd_cli_cmd
 PROMPT = "Describe this in detail."
 
 
-def our_cmd(model, mmproj, images, audios, prompt, n_gen, n_threads):
+def our_cmd(model, mmproj, media, prompt, n_gen, n_threads):
     cmd = [sys.executable, "-m", "dasllama_cli.main", "mtmd", "-m", str(model), "--mmproj", str(mmproj),
            "-p", prompt, "-n", str(n_gen), "--temp", "0", "--seed", "0", "-t", str(n_threads), "--json", "-q"]
-    for image in images:
-        cmd += ["--image", str(image)]
-    for audio in audios:
-        cmd += ["--audio", str(audio)]
+    for path in media:
+        cmd += ["--image", str(path)]          # either kind: the kind is read from the file
     return cmd
 
 
@@ -46,14 +44,14 @@ def sample_ref(cmd):
     return encode_ms(done.stderr) / 1000, wall
 
 
-def run_mtmd_bench(model, mmproj, images, audios, n_gen, n_threads, reps, with_ref=True, idle_wait=IDLE_WAIT_S,
+def run_mtmd_bench(model, mmproj, media, n_gen, n_threads, reps, with_ref=True, idle_wait=IDLE_WAIT_S,
                    prompt=PROMPT, on_sample=None):
     """Records per engine (dasllama, then llama-mtmd-cli when with_ref): encoder and turn
     seconds (mean, stdev, samples) and, on ours, the ratios theirs / ours (above 1: ours is
     faster)."""
-    cmds = {"dasllama": our_cmd(model, mmproj, images, audios, prompt, n_gen, n_threads)}
+    cmds = {"dasllama": our_cmd(model, mmproj, media, prompt, n_gen, n_threads)}
     if with_ref:
-        cmds["llama-mtmd-cli"] = mtmd_cli_cmd(model, mmproj, images, audios, prompt, n_gen, n_threads)
+        cmds["llama-mtmd-cli"] = mtmd_cli_cmd(model, mmproj, media, (), prompt, n_gen, n_threads)
     measure = {"dasllama": sample_ours, "llama-mtmd-cli": sample_ref}
     for engine, cmd in cmds.items():
         measure[engine](cmd)                       # untimed
@@ -68,8 +66,8 @@ def run_mtmd_bench(model, mmproj, images, audios, n_gen, n_threads, reps, with_r
     records = []
     for engine, taken in samples.items():
         encoder, turn = [s[0] for s in taken], [s[1] for s in taken]
-        records.append({"engine": engine, "n_threads": n_threads, "n_gen": n_gen, "n_images": len(images),
-                        "n_audio": len(audios), "prompt": prompt,
+        records.append({"engine": engine, "n_threads": n_threads, "n_gen": n_gen, "n_media": len(media),
+                        "prompt": prompt,
                         "encoder_s": statistics.mean(encoder), "encoder_sd": _sd(encoder),
                         "turn_s": statistics.mean(turn), "turn_sd": _sd(turn),
                         "samples": [{"encoder_s": e, "turn_s": t} for e, t in taken],

@@ -60,21 +60,18 @@ def compare(kind, path, ours, ref):
     return check
 
 
-def verify_turn(model, vision, mmproj_path, pictures, clips, prompt, n_predict, n_threads, workdir):
-    """pictures: [(path, Pillow RGB image)], clips: [(path, 16 kHz float32 samples)] as the CLI
-    decoded them. Each tower is fed the same pixels or samples on both sides (so the JPEG and
-    mp3 decoders do not count); the turn gives llama-mtmd-cli the files themselves."""
-    media = []
-    for path, image in pictures:
-        ref, _ = mtmd_embeddings(model.path, mmproj_path, np.asarray(image), n_threads, workdir)
-        media.append(compare("image", path, vision.encode(image), ref))
-    for path, samples in clips:
-        ref, _ = mtmd_embeddings(model.path, mmproj_path, np.asarray(samples, np.float32), n_threads, workdir)
-        media.append(compare("audio", path, vision.encode(Audio(samples)), ref))
-    items = [image for _, image in pictures] + [Audio(samples) for _, samples in clips]
-    ours = "".join(t.text for t in image_turn(model, vision, items, prompt, n_predict, SamplerParams(temp=0.0)))
-    ref, _ = mtmd_cli_text(model.path, mmproj_path, [p for p, _ in pictures], prompt, n_predict, n_threads,
-                           audios=[p for p, _ in clips])
-    return TurnCheck(ours, ref, media)
-
-
+def verify_turn(model, vision, mmproj_path, media, prompt, n_predict, n_threads, workdir):
+    """media: [(path, Pillow RGB image or Audio)] as media.load_media decoded them, in the
+    prompt's order. Each tower is fed the same pixels or samples on both sides (so the JPEG
+    and mp3 decoders do not count); the turn gives llama-mtmd-cli the files themselves."""
+    checks = []
+    for path, item in media:
+        audio = isinstance(item, Audio)
+        given = np.asarray(item.samples, np.float32) if audio else np.asarray(item)
+        ref, _ = mtmd_embeddings(model.path, mmproj_path, given, n_threads, workdir)
+        checks.append(compare("audio" if audio else "image", path, vision.encode(item), ref))
+    ours = "".join(t.text for t in image_turn(model, vision, [item for _, item in media], prompt, n_predict,
+                                              SamplerParams(temp=0.0)))
+    # llama-mtmd-cli's --image takes audio files too (it reads the kind from the file), in order
+    ref, _ = mtmd_cli_text(model.path, mmproj_path, [path for path, _ in media], prompt, n_predict, n_threads)
+    return TurnCheck(ours, ref, checks)
