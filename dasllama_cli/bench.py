@@ -9,7 +9,8 @@ import click
 
 from dasllama.core import load
 from dasllama.core.tools.bench_serve import bodies_for, run_load, summary
-from dasllama.core.tools.bench_llm import IDLE_WAIT_S, add_bandwidth, run_bench, tests_for
+from dasllama.core.tools.bench_batched import run_batched
+from dasllama.core.tools.bench_llm import IDLE_WAIT_S, add_bandwidth, model_type, run_bench, tests_for
 from dasllama.core.tools.receipt import (build_info, build_receipt, physical_cores, probe_hardware,
                                          write_results)
 from dasllama.core.tools.ref_llama import ReferenceError, find_reference
@@ -17,6 +18,7 @@ from dasllama.core.tools.ref_seed import find_seed
 from dasllama.core.asr.model import is_whisper_model
 
 from .bench_asr import bench_asr
+from .bench_mtmd import bench_mtmd
 from .bench_tts import bench_tts
 from .bench_output import render
 from .errors import USER_ERRORS
@@ -52,6 +54,8 @@ def bench_serve(url, n_gen, repetitions, concurrency, fmt):
 
 
 def int_list(ctx, param, value):
+    if value is None:
+        return []
     try:
         values = [int(v) for v in str(value).split(",") if v.strip()]
     except ValueError:
@@ -103,6 +107,17 @@ def int_list(ctx, param, value):
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
               show_default=True, help="Whisper: the task for both engines.")
 @click.option("-nt", "--no-timestamps", is_flag=True, help="Whisper: decode without timestamp tokens.")
+@click.option("--batched", "n_seqs", default=None, callback=int_list, metavar="B0,B1,...",
+              help="Time batched decode instead, as llama-batched-bench's -npl: B sequences of the first -p "
+                   "prompt tokens each, then the first -n steps of B tokens; --ref llama.cpp runs "
+                   "llama-batched-bench beside it.")
+@click.option("--mmproj", "mmproj_path", type=click.Path(dir_okay=False, exists=True),
+              help="Time a turn about media instead: the model's mmproj GGUF; with --ref llama.cpp, "
+                   "llama-mtmd-cli beside it (encoder and whole-turn wall time, -n tokens).")
+@click.option("--image", "--audio", "media", multiple=True,
+              help="--mmproj: an image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
+                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
+                   "llama-mtmd-cli reads it.")
 @click.option("--serve", "serve_url", metavar="URL",
               help="Load a running `dasllama serve` at URL instead: 8 streamed completions of -n "
                    "tokens at 1 and at --concurrency clients, alternated -r times; tokens/s and "
@@ -110,7 +125,8 @@ def int_list(ctx, param, value):
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 64),
               help="--serve: the clients at once to compare with one.")
 def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt, refs, n_sentences, ref_bin,
-              seed_bench, ref_model, wait_idle, receipt_path, language, task, no_timestamps, serve_url, concurrency):
+              seed_bench, ref_model, wait_idle, receipt_path, language, task, no_timestamps, n_seqs, mmproj_path,
+              media, serve_url, concurrency):
     """Measure prompt (pp) and generation (tg) speed as llama-bench does; with a Whisper model,
     the wall time and real-time factor of transcribing AUDIO; with a Piper voice (.onnx), of
     speaking N sentences; with --serve, a running server's throughput."""
@@ -119,6 +135,21 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
     if len(refs) > 1 and set(refs) != {"llama.cpp", "seed"}:
         raise click.UsageError("only a language model is timed against two references (--ref llama.cpp "
                                "--ref seed); give one --ref.")
+    if media and not mmproj_path:
+        raise click.UsageError("--image and --audio need --mmproj, the model's vision or audio tower.")
+    if mmproj_path:
+        if audio or asr or set(refs) - {"llama.cpp"}:
+            raise click.UsageError("a media turn is timed against --ref llama.cpp (llama-mtmd-cli), with "
+                                   "--image/--audio files and no AUDIO arguments.")
+        if not media:
+            raise click.UsageError("--mmproj times a turn about media: give --image FILE or --audio FILE.")
+        if not model_path:
+            raise click.UsageError("--mmproj needs -m, the text model it was made for.")
+        hardware = probe_hardware()
+        _warn_if_busy(hardware)
+        bench_mtmd(model_path, mmproj_path, media, n_gen[0] if n_gen else 32, repetitions,
+                   threads or physical_cores(), fmt, "llama.cpp" in refs, wait_idle, build_info(hardware))
+        return
     if serve_url:
         bench_serve(serve_url, n_gen[0] if n_gen else 32, repetitions, concurrency, fmt)
         return
@@ -145,6 +176,10 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         raise click.UsageError(f"unexpected argument {audio[0]!r}: AUDIO files go with a Whisper model.")
     if "whisper.cpp" in refs:
         raise click.UsageError("--ref whisper.cpp times Whisper models: pass one with -m.")
+    if n_seqs:
+        bench_batched(model_path, n_prompt, n_gen, n_seqs, repetitions, threads, fmt, refs, ref_bin, ref_model,
+                      wait_idle)
+        return
     tests = tests_for(n_prompt, n_gen)
     if not tests:
         raise click.UsageError("nothing to measure: give -p or -n a count above 0.")
@@ -191,6 +226,64 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
     if receipt_path:
         write_results(receipt_path, records, receipt)
     click.echo(render(records, fmt, receipt, bool(refs), FIELDS, to_markdown), nl=False)
+
+
+def bench_batched(model_path, n_prompt, n_gen, n_seqs, repetitions, threads, fmt, refs, ref_bin, ref_model,
+                  wait_idle):
+    if set(refs) - {"llama.cpp"}:
+        raise click.UsageError("batched decode is timed against --ref llama.cpp (llama-batched-bench).")
+    if not (n_prompt and n_prompt[0] > 0 and n_gen and n_gen[0] > 0) or min(n_seqs) < 1:
+        raise click.UsageError("--batched needs -p and -n above 0 and sequence counts of at least 1.")
+    n_prompt, n_gen = n_prompt[0], n_gen[0]
+    reference = None
+    try:
+        model = load(model_path, n_threads=threads or physical_cores(), n_ctx=n_prompt + n_gen,
+                     n_batch=max(512, max(n_seqs)))
+        if refs:
+            reference = find_reference(ref_bin)
+            reference.tool("llama-batched-bench")
+    except (ReferenceError, *USER_ERRORS) as e:
+        raise click.ClickException(str(e)) from None
+    hardware = probe_hardware()
+    _warn_if_busy(hardware)
+
+    def progress(n_seq, rep, ours_ts, theirs_ts):
+        other = f", llama.cpp {theirs_ts:.2f} t/s" if theirs_ts is not None else ""
+        click.echo(f"bench: tg{n_gen}@B{n_seq} {rep + 1}/{repetitions}: dasllama {ours_ts:.2f} t/s{other}", err=True)
+
+    try:
+        records = run_batched(model, n_prompt, n_gen, n_seqs, repetitions, reference, ref_model,
+                              idle_wait=wait_idle, on_sample=progress)
+    except ReferenceError as e:
+        raise click.ClickException(str(e)) from None
+    build = build_info(hardware)
+    for r in records:
+        r.update(build_commit=build["commit"], cpu_info=build["cpu_info"], model_filename=model.path)
+    if fmt in ("json", "jsonl"):
+        for r in records:
+            click.echo(json.dumps(r))
+        return
+    click.echo(batched_markdown(records, model), nl=False)
+
+
+def batched_markdown(records, model):
+    """A row per B: our t/s of the batched steps and over B=1's; llama-batched-bench's beside."""
+    ours = [r for r in records if r["engine"] == "dasllama"]
+    theirs = {r["n_seq"]: r for r in records if r["engine"] != "dasllama"}
+    head = "| model | threads | test | t/s | vs B=1 |"
+    rule = "|---|---:|---|---:|---:|"
+    if theirs:
+        head += " llama.cpp t/s | llama.cpp vs B=1 | ratio |"
+        rule += "---:|---:|---:|"
+    lines = [head, rule]
+    for r in ours:
+        row = (f"| {model_type(model.gguf)} | {r['n_threads']} | tg{r['n_gen']}@B{r['n_seq']} (pp{r['n_prompt']} each) "
+               f"| {r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} | {r['vs_b1']:.2f} |")
+        if theirs:
+            t = theirs[r["n_seq"]]
+            row += f" {t['avg_ts']:.2f} ± {t['stddev_ts']:.2f} | {t['vs_b1']:.2f} | {r['ratio']:.2f} |"
+        lines.append(row)
+    return "\n".join(lines) + f"\n\nbuild: {ours[0]['build_commit']} (dasllama); {ours[0]['cpu_info']}\n"
 
 
 def _warn_if_busy(hardware):

@@ -8,9 +8,9 @@ import click
 from dasllama.core import SamplerParams, load
 from dasllama.core.mtmd.mmproj import MmprojError
 from dasllama.core.mtmd.turn import Audio, TurnTimings, Vision, image_turn
-from dasllama.core.mtmd.audio_in import load_clip
+from dasllama.core.mtmd.media import load_media, split_paths
 from dasllama.formats.audio import AudioError
-from dasllama.formats.image import ImageError, open_rgb
+from dasllama.formats.image import ImageError
 
 from .errors import user_errors
 from .options import THREADS, FiniteFloat
@@ -19,9 +19,10 @@ from .options import THREADS, FiniteFloat
 @click.command("mtmd")
 @click.option("-m", "--model", "model_path", required=True, help="The text model GGUF.")
 @click.option("--mmproj", "mmproj_path", help="The mmproj GGUF of the model (its vision or audio tower).")
-@click.option("--image", "images", multiple=True, help="An image file (JPEG, PNG, ...); repeatable.")
-@click.option("--audio", "audios", multiple=True,
-              help="An audio file (wav, flac, ogg, mp3), resampled to 16 kHz as mtmd does; repeatable; after the images.")
+@click.option("--image", "--audio", "media", multiple=True,
+              help="An image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
+                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
+                   "llama-mtmd-cli reads it.")
 @click.option("-p", "--prompt", required=True, help="The user's text; <__media__> marks where images and audio go.")
 @click.option("-n", "--n-predict", default=-1, type=click.IntRange(-1), help="Tokens to generate (-1: until the end).")
 @click.option("--temp", default=0.8, type=FiniteFloat(0.0), help="Temperature; 0 is greedy.")
@@ -30,22 +31,20 @@ from .options import THREADS, FiniteFloat
 @click.option("-s", "--seed", default=-1, type=int, help="Sampling seed (-1: random).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON record: text, ids, timings.")
 @click.option("-q", "--quiet", is_flag=True, help="No timing line on stderr.")
-def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, threads, ctx_size, seed, as_json,
-             quiet):
+def mtmd_cmd(model_path, mmproj_path, media, prompt, n_predict, temp, threads, ctx_size, seed, as_json, quiet):
     """Answer a prompt about images or audio with a multimodal model (a GGUF and its mmproj)."""
-    if images and not mmproj_path:
-        raise click.UsageError("--image needs --mmproj, the vision tower made for this model.")
-    if audios and not mmproj_path:
-        raise click.UsageError("--audio needs --mmproj, the audio tower made for this model.")
+    if media and not mmproj_path:
+        raise click.UsageError("--image and --audio need --mmproj, the vision or audio tower made for this model.")
     with user_errors():
         try:
-            pictures = [open_rgb(p) for p in images]
-            clips = [Audio(_samples(p)) for p in audios]
+            items = [item for _, item in load_media(split_paths(media))]
+            n_audio = sum(isinstance(item, Audio) for item in items)
+            n_images = len(items) - n_audio
             model = load(model_path, n_ctx=ctx_size, n_threads=threads, n_batch=max(512, ctx_size // 4),
                          quiet=quiet)
             vision = Vision(mmproj_path, model, threads) if mmproj_path else None
             if vision is not None:
-                vision.check(len(pictures), len(clips))
+                vision.check(n_images, n_audio)
         except (ImageError, AudioError, MmprojError) as e:
             raise click.ClickException(str(e)) from None
         if vision is None:
@@ -54,7 +53,7 @@ def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, t
         timings = TurnTimings()
         ids, text = [], []
         out = sys.stdout
-        for token in image_turn(model, vision, pictures + clips, prompt, n_predict, params, timings=timings):
+        for token in image_turn(model, vision, items, prompt, n_predict, params, timings=timings):
             if token.id >= 0:
                 ids.append(token.id)
             text.append(token.text)
@@ -69,15 +68,8 @@ def mtmd_cmd(model_path, mmproj_path, images, audios, prompt, n_predict, temp, t
     else:
         out.write("\n")
     if not quiet:
-        media = ", ".join(f"{n} {what}" for n, what in ((len(pictures), "image(s)"), (len(clips), "audio clip(s)")) if n)
+        media = ", ".join(f"{n} {what}" for n, what in ((n_images, "image(s)"), (n_audio, "audio clip(s)")) if n)
         click.echo(f"media encoder: {encode * 1000:.0f} ms for {media or 'no media'}; prompt "
                    f"{timings.prompt_s * 1000:.0f} ms; {timings.gen_tokens} tokens in {timings.gen_s * 1000:.0f} ms",
                    err=True)
 
-
-def _samples(path):
-    """A clip's 16 kHz samples; an audio file with none is refused, as mtmd refuses it."""
-    samples = load_clip(path)
-    if not len(samples):
-        raise AudioError(f"{path}: the file holds no audio samples.")
-    return samples

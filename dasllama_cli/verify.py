@@ -12,10 +12,12 @@ from dasllama.core.tools import verdict
 from dasllama.core.tools.verify_llm import (DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, FAILING, VERDICTS,
                                             WORST_FIRST, verify_prompts)
 from dasllama.core.asr.model import is_whisper_model
+from dasllama.core.tools.verify_mtmd import DEFAULT_EMBD_BOUND
 
 from .errors import USER_ERRORS
 from .options import THREADS, FiniteFloat, complete_model_names, model_name
 from .verify_asr import verify_asr
+from .verify_mtmd import verify_mtmd
 from .verify_tts import verify_tts
 
 DEFAULT_PROMPTS = ("The capital of France is", "Once upon a time,", "def fibonacci(n):")
@@ -63,13 +65,34 @@ class SetupError(click.ClickException):
 @click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
               show_default=True, help="--asr: the task for both engines.")
 @click.option("-nt", "--no-timestamps", is_flag=True, help="--asr: decode without timestamp tokens.")
+@click.option("--mmproj", "mmproj_path", type=click.Path(dir_okay=False, exists=True),
+              help="A multimodal turn: the model's mmproj GGUF; its towers' embeddings are compared with "
+                   "libmtmd's, the turn's greedy text with llama-mtmd-cli's (-p the prompt, one).")
+@click.option("--image", "--audio", "media", multiple=True,
+              help="--mmproj: an image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
+                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
+                   "llama-mtmd-cli reads it.")
+@click.option("--embd-bound", default=DEFAULT_EMBD_BOUND, show_default=True, type=FiniteFloat(0, min_open=True),
+              help="--mmproj: the largest relative error of a tower's embeddings against libmtmd's.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on near-ties too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report instead of text.")
 def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_model, threads, ctx_size,
-               tie_gap, drift_bound, layers, language, task, no_timestamps, strict, as_json):
+               tie_gap, drift_bound, layers, language, task, no_timestamps, mmproj_path, media,
+               embd_bound, strict, as_json):
     """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts,
     or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does, or (a Piper voice .onnx)
-    that our speech matches piper-tts's on the same phoneme ids."""
+    that our speech matches piper-tts's on the same phoneme ids, or (--mmproj) that a turn about
+    images or audio matches libmtmd's embeddings and llama-mtmd-cli's text."""
+    if media and not mmproj_path:
+        raise click.UsageError("--image and --audio need --mmproj, the model's vision or audio tower.")
+    if mmproj_path:
+        if audio or asr or ref not in (None, "llama.cpp"):
+            raise click.UsageError("a media turn is verified against llama.cpp's libmtmd and llama-mtmd-cli, "
+                                   "with --image/--audio files and no AUDIO arguments.")
+        if not media:
+            raise click.UsageError("--mmproj verifies a turn about media: give --image FILE or --audio FILE.")
+        verify_mtmd(SetupError, model_path, mmproj_path, media, prompts, n_predict, threads,
+                    ctx_size, embd_bound, as_json)
     if model_path and model_path.endswith((".onnx", ".onnx.json")):
         if audio or asr or ref not in (None, "piper"):
             raise click.UsageError("a Piper voice is verified against --ref piper on -p texts, "

@@ -15,6 +15,10 @@ class ImageError(ValueError):
     """A file that cannot be read as an image; the message is one sentence for the user."""
 
 
+class NotAnImage(ImageError):
+    """A file no image decoder recognises (as against a damaged image of a known kind)."""
+
+
 def open_rgb(path):
     """The file at `path` as a Pillow RGB image, fully decoded (a truncated file fails here)."""
     path = os.fspath(path)
@@ -25,7 +29,7 @@ def open_rgb(path):
             img.load()
             return img if img.mode == "RGB" else img.convert("RGB")
     except UnidentifiedImageError:
-        raise ImageError(f"{path} is not an image Pillow can read (JPEG, PNG, WebP, BMP, GIF, ...).") from None
+        raise NotAnImage(f"{path} is not an image Pillow can read (JPEG, PNG, WebP, BMP, GIF, ...).") from None
     except (OSError, SyntaxError, ValueError) as e:
         raise ImageError(f"{path} is a damaged image ({e}): save or download it again.") from None
 

@@ -11,6 +11,7 @@ one), and an edited or upgraded kernel never runs stale code.
 import hashlib
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -50,3 +51,21 @@ numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
 from . import numba_cache  # noqa: E402
 
 numba_cache.install()  # processes running dasllama at once share that cache
+
+
+def _arraymath_without_scipy_blas():
+    """numba's first compile or cache load in a process imports numba.np.arraymath, which asks
+    scipy for BLAS (for np.convolve's inner product only: np.dot asks again when it is typed)
+    and so imports all of scipy.linalg where scipy is installed: 0.4-1.1 s of every warm start
+    here (2026-12-06, a loaded 2-core host), for nothing our kernels call. Import it with that
+    one module hidden, unless scipy.linalg is loaded already (then the check costs nothing)."""
+    if "scipy.linalg" in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    sys.modules["scipy.linalg.cython_blas"] = None       # `import` of it raises ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules["scipy.linalg.cython_blas"]
+
+
+_arraymath_without_scipy_blas()

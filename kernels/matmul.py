@@ -60,6 +60,7 @@ def _resolve_active():
 _active = None      # ACTIVE, once something asks for it
 _matmul = None      # matmul, likewise
 _for_set = {}       # frozenset of qtypes -> its matmul (matmul_for)
+_quantizers = {}    # activation kind -> quantize_act fixed to it (quantizer_for)
 
 
 def _active_choices():
@@ -264,6 +265,19 @@ def set_active(qtype, name, phase=None):
     return _matmul
 
 
+def quantizer_for(kind):
+    """quantize_act for one activation kind, fixed at compile time: called from Python with an
+    int kind, quantize_act compiles every kind's branch (13 s of a cold transcribe here), where
+    a constant kind compiles its own only, the same code a compiled caller passing ACT_F16 gets.
+    numba keys a closure's cache entries by its cell contents, so each kind caches apart."""
+    if kind not in _quantizers:
+        @njit(**JIT)
+        def quantize(x, xq, xd, xa, xf):
+            quantize_act(kind, x, xq, xd, xa, xf)
+        _quantizers[kind] = quantize
+    return _quantizers[kind]
+
+
 def matmul_f32(qtype, w, n_rows, n_cols, x, variant=None):
     """(T, R) = x (T, C) f32 times W (R, C): quantises x as ggml would, then multiplies."""
     if n_cols % BLOCK_ELEMS[qtype]:
@@ -272,7 +286,7 @@ def matmul_f32(qtype, w, n_rows, n_cols, x, variant=None):
     w = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
     n_tokens = x.shape[0]
     xq, xd, xa, xf = act_buffers(n_tokens, n_cols)
-    quantize_act(act_kind(qtype), x, xq, xd, xa, xf)
+    quantizer_for(act_kind(qtype))(x, xq, xd, xa, xf)
     out = np.empty((n_tokens, n_rows), np.float32)
     if variant is None:   # the dispatch over this one format: it compiles no other's kernels
         matmul_for((qtype,))(qtype, w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out)

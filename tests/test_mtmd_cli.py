@@ -20,7 +20,7 @@ def run(*args):
 
 def test_image_without_mmproj_is_a_usage_error(pair):
     r = run("-m", pair[0], "--image", "x.jpg", "-p", "hi")
-    assert r.exit_code == 2 and "--image needs --mmproj" in r.output
+    assert r.exit_code == 2 and "--image and --audio need --mmproj" in r.output
 
 
 def test_not_an_image(pair, tmp_path):

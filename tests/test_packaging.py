@@ -19,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests import assets, gguf_factory
+from tests import assets, gguf_factory, whisper_assets
 
 pytest.importorskip("build", reason="python -m build is in the test extra")
 
@@ -214,6 +214,37 @@ def test_a_venv_of_only_the_formula_resources_runs_generate(dist, tmp_path):
                         "--temp", "0"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip(), "generate printed no text"
+
+
+@pytest.mark.slow
+def test_the_venvs_wheel_runs_real_models_as_the_tree_does(dist, tmp_path, tiny_en_dir):
+    """The formula's venv (outside the tree, only the pinned resources) with the wheel in it
+    speaks the same words as this checkout on real models: the default Gemma 3 270M, greedy,
+    and Whisper tiny.en on a real clip. A wheel that left out a module, a kernel's source or a
+    data file the engine reads at run time fails here, not in a user's first run."""
+    from dasllama.core.llm.defaults import ModelNotFound, default_model_path
+    try:
+        gemma = default_model_path()
+    except ModelNotFound as e:
+        pytest.skip(str(e))
+    clip = assets.or_skip(whisper_assets.clip, "beckett.wav")
+    python = _resource_venv()
+    wheel, = dist.glob("*.whl")
+    r = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    jobs = {"generate": ["generate", "-m", str(gemma), "-n", "24", "-t", "2", "--temp", "0",
+                         "The capital of France is"],
+            "transcribe": ["transcribe", "-m", str(tiny_en_dir), "-t", "2", str(clip)]}
+    for job, args in jobs.items():
+        # the venv's first run of each compiles its kernels (the omp layer: a cache of its own)
+        ours = subprocess.run([str(python.parent / "dasllama"), *args], capture_output=True, text=True,
+                              timeout=1200, cwd=tmp_path)
+        assert ours.returncode == 0, f"{job} from the wheel: {ours.stderr[-2000:]}"
+        tree = subprocess.run([sys.executable, "-m", "dasllama_cli.main", *args], capture_output=True, text=True,
+                              timeout=1200, cwd=tmp_path)
+        assert tree.returncode == 0, f"{job} from the tree: {tree.stderr[-2000:]}"
+        assert ours.stdout.strip() and ours.stdout == tree.stdout, (job, ours.stdout, tree.stdout)
 
 
 def test_scoop_manifest_validates_against_scoops_schema():

@@ -3,7 +3,8 @@ read as a Q8_0 copy with a bound per row on its error, and refined from f16 wher
 could differ (see Q8Screen)."""
 import numpy as np
 
-from dasllama.kernels.actq import ACT_Q8_0, quantize_act
+from dasllama.kernels.actq import ACT_Q8_0
+from dasllama.kernels.matmul import quantizer_for
 from dasllama.kernels.quants import F16, Q8_0
 from dasllama.kernels.speech.screen import contenders, screen_margins
 
@@ -29,7 +30,7 @@ class Q8Screen:
         n_cols = self.f16.shape[1]
         w = self.f16[:n_rows].astype(np.float32)
         xq, xd = np.empty((n_rows, n_cols), np.int8), np.empty((n_rows, n_cols // 32), np.float32)
-        quantize_act(ACT_Q8_0, w, xq, xd, xd, w)
+        quantizer_for(ACT_Q8_0)(w, xq, xd, xd, w)     # the Q8_0 rows' own quantiser, compiled once
         blocks = np.empty((n_rows, n_cols // 32, 34), np.uint8)
         blocks[:, :, :2] = xd.astype(np.float16).view(np.uint8).reshape(n_rows, -1, 2)
         blocks[:, :, 2:] = xq.view(np.uint8).reshape(n_rows, -1, 32)

@@ -219,6 +219,22 @@ class Reference:
             raise ReferenceError(f"llama-bench failed on {model_path}: {last_line(done.stderr)}")
         return records[0]
 
+    def batched_bench_cmd(self, model_path, n_prompt, n_gen, n_seq, n_threads):
+        """llama-batched-bench: n_seq sequences of their own n_prompt random tokens, then n_gen
+        steps of one token each; the context holds all of them (its n_kv_max)."""
+        return [str(self.tool("llama-batched-bench")), "-m", os.fspath(model_path),
+                "-c", str(n_seq * (n_prompt + n_gen)), "-npp", str(n_prompt), "-ntg", str(n_gen),
+                "-npl", str(n_seq), "-t", str(n_threads), "--output-format", "jsonl"]
+
+    def batched_bench(self, model_path, n_prompt, n_gen, n_seq, n_threads):
+        """llama-batched-bench's one jsonl record (t_pp, speed_pp, t_tg, speed_tg, ...)."""
+        done = subprocess.run(self.batched_bench_cmd(model_path, n_prompt, n_gen, n_seq, n_threads),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+        records = [json.loads(line) for line in (done.stdout + done.stderr).splitlines() if line.startswith("{")]
+        if done.returncode != 0 or not records:
+            raise ReferenceError(f"llama-batched-bench failed on {model_path}: {last_line(done.stderr)}")
+        return records[0]
+
 
 @dataclass
 class RefRun:

@@ -3,11 +3,14 @@
 llama-mtmd-cli's greedy text for a turn."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from .ref_llama import ReferenceError, built_for_this_cpu, cached_build, last_line
 
 # Run in the child: load the text model (libmtmd checks the widths against it), give mtmd the
 # pixels or the 16 kHz samples we decoded (so JPEG / mp3 decoders and resamplers do not differ),
@@ -87,8 +90,16 @@ np.save(out_path, np.frombuffer(raw, np.float32))
 
 
 def llama_cpp_dir():
-    cache = Path(os.environ.get("DASLLAMA_CACHE") or Path.home() / ".cache" / "dasllama")
-    return cache / "ref" / "llama.cpp-0.3.36"
+    """Root of the llama.cpp build in dasllama's cache (bin/llama-mtmd-cli, lib/libmtmd.so and
+    the ctypes bindings in python/), made for this CPU; ReferenceError in one sentence if not."""
+    root = cached_build()
+    if not ((root / "bin" / "llama-mtmd-cli").exists() and (root / "lib" / "libmtmd.so").exists()):
+        raise ReferenceError(f"no llama-mtmd-cli and libmtmd in {root}: from a dasllama checkout, "
+                             "`bash .ci/build-llama-cpp` builds them (~10 min on 2 cores).")
+    if not built_for_this_cpu(root):
+        raise ReferenceError(f"the llama.cpp build in {root} was made for another CPU (its native code "
+                             "may not run here): `bash .ci/build-llama-cpp` rebuilds it for this one.")
+    return root
 
 
 def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
@@ -107,7 +118,7 @@ def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
     done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(mmproj), str(pix), str(n_threads),
                            str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"libmtmd failed:\n{done.stderr[-3000:]}")
+        raise ReferenceError(f"libmtmd failed: {last_line(done.stderr)}")
     return np.load(out), json.loads(done.stdout.strip().splitlines()[-1])["encode_s"]
 
 
@@ -120,7 +131,7 @@ def mtmd_decoded_audio(model, mmproj, path, workdir):
     done = subprocess.run([sys.executable, "-c", _CHILD_DECODE, str(model), str(mmproj), str(path), str(out)],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"libmtmd failed:\n{done.stderr[-3000:]}")
+        raise ReferenceError(f"libmtmd failed: {last_line(done.stderr)}")
     return np.load(out)
 
 
@@ -130,6 +141,19 @@ def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0, t
     Its log thread is not flushed at exit, so a run on a busy machine can lose the last tokens
     of stdout (CI saw "...acon Knight" for "...acon Knightush"); a whole run ends with the
     blank line it logs after the reply, so only such a run is taken."""
+    cmd = mtmd_cli_cmd(model, mmproj, images, audios, prompt, n_predict, n_threads, seed)
+    for _ in range(tries):
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              errors="replace")
+        if done.returncode != 0:
+            raise ReferenceError(f"llama-mtmd-cli failed: {last_line(done.stderr)}")
+        if done.stdout.endswith("\n\n"):
+            return done.stdout.removesuffix("\n\n"), done.stderr
+    raise ReferenceError(f"llama-mtmd-cli lost the end of its output {tries} times in a row")
+
+
+def mtmd_cli_cmd(model, mmproj, images, audios, prompt, n_predict, n_threads, seed=0):
+    """llama-mtmd-cli's command line for one greedy turn (no warm-up run, as ours has none)."""
     cli = llama_cpp_dir() / "bin" / "llama-mtmd-cli"
     cmd = [str(cli), "-m", str(model), "--mmproj", str(mmproj), "-p", prompt, "-n", str(n_predict),
            "--temp", "0", "-t", str(n_threads), "--seed", str(seed), "--no-warmup"]
@@ -137,11 +161,10 @@ def mtmd_cli_text(model, mmproj, images, prompt, n_predict, n_threads, seed=0, t
         cmd += ["--image", str(image)]
     for audio in audios:
         cmd += ["--audio", str(audio)]
-    for _ in range(tries):
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              errors="replace")
-        if done.returncode != 0:
-            raise RuntimeError(f"llama-mtmd-cli failed:\n{done.stderr[-3000:]}")
-        if done.stdout.endswith("\n\n"):
-            return done.stdout.removesuffix("\n\n"), done.stderr
-    raise RuntimeError(f"llama-mtmd-cli lost the end of its output {tries} times in a row")
+    return cmd
+
+
+def encode_ms(log):
+    """The media encoder's milliseconds in llama-mtmd-cli's log: the sum of its
+    "mtmd batch encoding done in N ms" lines (a batch per run of adjacent media)."""
+    return sum(int(n) for n in re.findall(r"mtmd batch encoding done in (\d+) ms", log))

@@ -14,10 +14,13 @@ from numba import njit
 from ..actq import ACT_F16, quantize_act
 from .attend import attend_f16, to_f16_bits
 from .encoder_ops import bias_gelu, layer_norm
-from ..matmul import matmul
+from ..matmul import matmul_for
 from ..quants import F16, JIT
 
 LN_ATTN, LN_CROSS, LN_MLP = 0, 2, 4     # rows of norms: w at i, b at i + 1
+# the dispatch over F16 alone: the all-formats `matmul` made the step compile every format's
+# kernels (79 compiles, ~100 of a cold transcribe's 156 compile seconds, for one format)
+_matmul_f16 = matmul_for((F16,))
 
 
 @njit(**JIT)
@@ -28,7 +31,7 @@ def _product(w, x, n_rows):
     unused_q, unused_d = np.empty((n_tok, 32), np.int8), np.empty((n_tok, 1), np.float32)
     quantize_act(ACT_F16, x, unused_q, unused_d, unused_d, xf)
     y = np.empty((n_tok, n_rows), np.float32)
-    matmul(F16, w, n_rows, n_cols, unused_q, unused_d, unused_d, xf, n_tok, y)
+    _matmul_f16(F16, w, n_rows, n_cols, unused_q, unused_d, unused_d, xf, n_tok, y)
     return y
 
 

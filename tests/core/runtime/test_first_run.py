@@ -24,3 +24,22 @@ def test_no_notice_once_this_process_runs_the_engine(monkeypatch, tmp_path, caps
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "numba"))
     assert first_compile_notice(compiled) is None
     assert capsys.readouterr().err == ""
+
+
+def test_a_kernels_first_call_leaves_scipy_linalg_unloaded():
+    """numba's BLAS check would import all of scipy.linalg at a process's first kernel (0.4-1 s
+    of a warm start); kernels/__init__.py hides it, and np.dot in numba code still finds BLAS."""
+    import importlib.util
+    import subprocess
+    import sys
+    import pytest
+    if importlib.util.find_spec("scipy") is None:
+        pytest.skip("no scipy here: numba's check fails fast without it")
+    code = ("import sys, numpy as np, numba\n"
+            "from dasllama.kernels.matmul import matmul_f32\n"
+            "matmul_f32(1, np.ones((32, 64), np.float16), 32, 64, np.ones((4, 64), np.float32))\n"
+            "print('scipy.linalg' in sys.modules)\n"
+            "print(numba.njit(lambda a: np.dot(a, a))(np.ones(8)))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["False", "8.0"], r.stdout

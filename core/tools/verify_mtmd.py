@@ -1,0 +1,77 @@
+"""`verify` for a multimodal turn: our towers' embeddings against libmtmd's on the same pixels or
+samples (llama.cpp's own numbers through its library), then the whole turn's greedy text after
+the splice against llama-mtmd-cli's on the same files, prompt and threads."""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..llm.sampling import SamplerParams
+from ..mtmd.turn import Audio, image_turn
+from .ref_mtmd import mtmd_cli_text, mtmd_embeddings
+
+# libmtmd runs flash attention with f16 K/V and ggml's f16 GELU table where we keep f32: the
+# towers' relative error on the test pairs is 2e-4 to 5e-4 (docs/BENCHMARKS.md)
+DEFAULT_EMBD_BOUND = 2e-3
+
+
+@dataclass
+class MediaCheck:
+    """One item's embeddings, ours against libmtmd's."""
+    kind: str                    # "image" or "audio"
+    path: str
+    shape: tuple
+    ref_shape: tuple
+    rel_err: float = None        # ||ours - ref|| / ||ref||, when the shapes agree
+    max_abs: float = None
+
+    def ok(self, bound):
+        return self.shape == self.ref_shape and self.rel_err is not None and self.rel_err <= bound
+
+    def to_dict(self):
+        return {"kind": self.kind, "path": self.path, "shape": list(self.shape),
+                "ref_shape": list(self.ref_shape), "rel_err": self.rel_err, "max_abs": self.max_abs}
+
+
+@dataclass
+class TurnCheck:
+    """The turn's greedy text, ours against llama-mtmd-cli's."""
+    ours: str
+    ref: str
+    media: list = field(default_factory=list)
+
+    @property
+    def same_text(self):
+        return self.ours.strip() == self.ref.strip()
+
+    @property
+    def first_difference(self):
+        """Index of the first character where the texts part (None when they agree)."""
+        a, b = self.ours.strip(), self.ref.strip()
+        if a == b:
+            return None
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def compare(kind, path, ours, ref):
+    check = MediaCheck(kind, str(path), tuple(ours.shape), tuple(ref.shape))
+    if ours.shape == ref.shape:
+        check.rel_err = float(np.linalg.norm(ours - ref) / max(np.linalg.norm(ref), 1e-30))
+        check.max_abs = float(np.max(np.abs(ours - ref))) if ours.size else 0.0
+    return check
+
+
+def verify_turn(model, vision, mmproj_path, media, prompt, n_predict, n_threads, workdir):
+    """media: [(path, Pillow RGB image or Audio)] as media.load_media decoded them, in the
+    prompt's order. Each tower is fed the same pixels or samples on both sides (so the JPEG
+    and mp3 decoders do not count); the turn gives llama-mtmd-cli the files themselves."""
+    checks = []
+    for path, item in media:
+        audio = isinstance(item, Audio)
+        given = np.asarray(item.samples, np.float32) if audio else np.asarray(item)
+        ref, _ = mtmd_embeddings(model.path, mmproj_path, given, n_threads, workdir)
+        checks.append(compare("audio" if audio else "image", path, vision.encode(item), ref))
+    ours = "".join(t.text for t in image_turn(model, vision, [item for _, item in media], prompt, n_predict,
+                                              SamplerParams(temp=0.0)))
+    # llama-mtmd-cli's --image takes audio files too (it reads the kind from the file), in order
+    ref, _ = mtmd_cli_text(model.path, mmproj_path, [path for path, _ in media], prompt, n_predict, n_threads)
+    return TurnCheck(ours, ref, checks)
