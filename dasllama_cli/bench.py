@@ -22,7 +22,7 @@ from .bench_mtmd import bench_mtmd
 from .bench_tts import bench_tts
 from .bench_output import render
 from .errors import USER_ERRORS
-from .options import THREADS, FiniteFloat, complete_model_names, model_name, writable_file
+from .options import THREADS, FiniteFloat, complete_model_names, media_option, model_name, writable_file
 
 # llama-bench's record fields, in its order (tools/llama-bench), that apply to our engine too
 FIELDS = ("build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename",
@@ -114,10 +114,7 @@ def int_list(ctx, param, value):
 @click.option("--mmproj", "mmproj_path", type=click.Path(dir_okay=False, exists=True),
               help="Time a turn about media instead: the model's mmproj GGUF; with --ref llama.cpp, "
                    "llama-mtmd-cli beside it (encoder and whole-turn wall time, -n tokens).")
-@click.option("--image", "--audio", "media", multiple=True,
-              help="--mmproj: an image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
-                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
-                   "llama-mtmd-cli reads it.")
+@media_option("--mmproj: ")
 @click.option("--serve", "serve_url", metavar="URL",
               help="Load a running `dasllama serve` at URL instead: 8 streamed completions of -n "
                    "tokens at 1 and at --concurrency clients, alternated -r times; tokens/s and "

@@ -13,16 +13,13 @@ from dasllama.formats.audio import AudioError
 from dasllama.formats.image import ImageError
 
 from .errors import user_errors
-from .options import THREADS, FiniteFloat
+from .options import THREADS, FiniteFloat, media_option
 
 
 @click.command("mtmd")
 @click.option("-m", "--model", "model_path", required=True, help="The text model GGUF.")
 @click.option("--mmproj", "mmproj_path", help="The mmproj GGUF of the model (its vision or audio tower).")
-@click.option("--image", "--audio", "media", multiple=True,
-              help="An image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
-                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
-                   "llama-mtmd-cli reads it.")
+@media_option()
 @click.option("-p", "--prompt", required=True, help="The user's text; <__media__> marks where images and audio go.")
 @click.option("-n", "--n-predict", default=-1, type=click.IntRange(-1), help="Tokens to generate (-1: until the end).")
 @click.option("--temp", default=0.8, type=FiniteFloat(0.0), help="Temperature; 0 is greedy.")

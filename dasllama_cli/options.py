@@ -84,3 +84,12 @@ def complete_model_names(*kinds):
                  if m.name.startswith(incomplete) and (not kinds or m.kind in kinds)]
         return names or [CompletionItem(incomplete, type="file")]
     return complete
+
+
+def media_option(scope=""):
+    """--image / --audio, one list in the order given, as llama-mtmd-cli takes them (mtmd, and
+    verify/bench with --mmproj); `scope` prefixes the help ("--mmproj: ")."""
+    return click.option("--image", "--audio", "media", multiple=True,
+                        help=f"{scope}{'an' if scope else 'An'} image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's "
+                             "order; repeatable or comma-separated. Either flag takes either kind: it is read from "
+                             "the file, as llama-mtmd-cli reads it.")

@@ -15,7 +15,7 @@ from dasllama.core.asr.model import is_whisper_model
 from dasllama.core.tools.verify_mtmd import DEFAULT_EMBD_BOUND
 
 from .errors import USER_ERRORS
-from .options import THREADS, FiniteFloat, complete_model_names, model_name
+from .options import THREADS, FiniteFloat, complete_model_names, media_option, model_name
 from .verify_asr import verify_asr
 from .verify_mtmd import verify_mtmd
 from .verify_tts import verify_tts
@@ -68,10 +68,7 @@ class SetupError(click.ClickException):
 @click.option("--mmproj", "mmproj_path", type=click.Path(dir_okay=False, exists=True),
               help="A multimodal turn: the model's mmproj GGUF; its towers' embeddings are compared with "
                    "libmtmd's, the turn's greedy text with llama-mtmd-cli's (-p the prompt, one).")
-@click.option("--image", "--audio", "media", multiple=True,
-              help="--mmproj: an image (JPEG, PNG, ...) or audio file (wav, flac, mp3, ogg), in the prompt's order; "
-                   "repeatable or comma-separated. Either flag takes either kind: it is read from the file, as "
-                   "llama-mtmd-cli reads it.")
+@media_option("--mmproj: ")
 @click.option("--embd-bound", default=DEFAULT_EMBD_BOUND, show_default=True, type=FiniteFloat(0, min_open=True),
               help="--mmproj: the largest relative error of a tower's embeddings against libmtmd's.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on near-ties too.")
