@@ -10,7 +10,7 @@ within MAX_MEL_DB of onnxruntime's. The graph draws no random numbers, but the w
 not the thing to bound: both runs requantise every activation to int8, so a float bit apart
 upstream moves values across quantisation steps, and the harmonic source integrates F0 into a
 phase (a CumSum over every sample), where a small F0 difference grows into a phase offset.
-Measured with identical durations: SNR 0.3-7 dB, log-mels 3.0-3.3 dB apart; so max |diff|
+Measured with identical durations: SNR 0.3-7 dB, log-mels 3.0-3.6 dB apart; so max |diff|
 and SNR are reported, not judged.
 """
 import numpy as np
@@ -19,7 +19,8 @@ from ..tts import phonemize
 from .verify_tts import (ReferenceUnavailable, SentenceResult, compare_waveforms, duration_gap,
                          judge)
 
-MAX_MEL_DB = 4.0           # mean |log-mel difference|: measured 3.0-3.3 dB where durations agree
+MAX_MEL_DB = 5.0           # mean |log-mel difference| (dB): ours 3.0-3.6 where the durations agree,
+                           # another voice of the pack 8.7-12.9
 BOUNDS = {"max_mel_db": MAX_MEL_DB}
 REFERENCE = "kokoro-onnx"
 DURATION_OUTPUT = "duration"   # the output name kokoro-onnx 0.6.1 reads its timings from
