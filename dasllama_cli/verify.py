@@ -41,9 +41,11 @@ class SetupError(click.ClickException):
               help="Prompt to decode greedily; repeat for several (default: three short ones).")
 @click.option("-n", "--n-predict", default=64, show_default=True, type=click.IntRange(1),
               help="Tokens to generate per prompt.")
-@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper"]), default=None,
+@click.option("--ref", type=click.Choice(["llama.cpp", "whisper.cpp", "piper", "kokoro-onnx"]), default=None,
               help="Reference engine (default: llama.cpp; whisper.cpp with --asr; piper-tts for a "
-                   "Piper voice .onnx, whose sentences are the -p texts).")
+                   "Piper voice .onnx, kokoro-onnx for a Kokoro one, whose sentences are the -p texts).")
+@click.option("-s", "--speaker", "--voice", "speaker", default=None,
+              help="A voice .onnx's speaker: a Kokoro voice name (default: the pack's first) or a Piper speaker.")
 @click.option("--ref-bin", type=click.Path(file_okay=False, exists=True),
               help="Dir with llama.cpp's tools (default: PATH, then llama-cpp-python, then dasllama's cache).")
 @click.option("--ref-model", type=click.Path(dir_okay=False, exists=True),
@@ -73,13 +75,13 @@ class SetupError(click.ClickException):
               help="--mmproj: the largest relative error of a tower's embeddings against libmtmd's.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on near-ties too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report instead of text.")
-def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_model, threads, ctx_size,
+def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, speaker, ref_bin, ref_model, threads, ctx_size,
                tie_gap, drift_bound, layers, language, task, no_timestamps, mmproj_path, media,
                embd_bound, strict, as_json):
     """Check that our engine decodes the same greedy tokens as llama.cpp on the same prompts,
-    or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does, or (a Piper voice .onnx)
-    that our speech matches piper-tts's on the same phoneme ids, or (--mmproj) that a turn about
-    images or audio matches libmtmd's embeddings and llama-mtmd-cli's text."""
+    or (--asr) that our Whisper transcribes AUDIO as whisper.cpp does, or (a voice .onnx) that
+    our speech matches piper-tts's or kokoro-onnx's on the same phoneme ids, or (--mmproj) that
+    a turn about images or audio matches libmtmd's embeddings and llama-mtmd-cli's text."""
     if media and not mmproj_path:
         raise click.UsageError("--image and --audio need --mmproj, the model's vision or audio tower.")
     if mmproj_path:
@@ -91,12 +93,15 @@ def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, ref_bin, ref_mod
         verify_mtmd(SetupError, model_path, mmproj_path, media, prompts, n_predict, threads,
                     ctx_size, embd_bound, as_json)
     if model_path and model_path.endswith((".onnx", ".onnx.json")):
-        if audio or asr or ref not in (None, "piper"):
-            raise click.UsageError("a Piper voice is verified against --ref piper on -p texts, "
-                                   "with no AUDIO.")
-        verify_tts(SetupError, model_path.removesuffix(".json"), prompts, threads, None, strict, as_json)
-    if ref == "piper":
-        raise click.UsageError("--ref piper verifies Piper voices: pass one with -m VOICE.onnx.")
+        if audio or asr or ref not in (None, "piper", "kokoro-onnx"):
+            raise click.UsageError("a voice .onnx is verified against --ref piper or kokoro-onnx "
+                                   "on -p texts, with no AUDIO.")
+        verify_tts(SetupError, model_path.removesuffix(".json"), prompts, threads, speaker, strict,
+                   as_json, {"piper": "piper-tts"}.get(ref, ref))
+    if ref in ("piper", "kokoro-onnx"):
+        raise click.UsageError(f"--ref {ref} verifies voices: pass one with -m VOICE.onnx.")
+    if speaker:
+        raise click.UsageError("--voice is for a voice .onnx (-m VOICE.onnx).")
     if asr or (model_path and is_whisper_model(model_path)):
         if prompts or ref == "llama.cpp":
             raise click.UsageError("-p and --ref llama.cpp are for language models; --asr takes "

@@ -64,16 +64,32 @@ def _voices(path, voices_path):
                           f"(or put {path.stem}.voices.npz next to it).")
     try:
         with np.load(found) as pack:
-            return {name: np.asarray(pack[name], np.float32) for name in pack.files}
+            return found, {name: np.asarray(pack[name], np.float32) for name in pack.files}
     except (ValueError, OSError):
         raise KokoroError(f"{found} is not a Kokoro voice pack (an .npz of style vectors).") from None
 
 
+def _duration_value(graph):
+    """The graph's integer frames per phoneme id: Round's output through Clip and the Cast to
+    an integer (None when the export has no such chain)."""
+    makers = {o: s for s in graph.steps for o in s.outputs}
+    readers = {}
+    for s in graph.steps:
+        for i in s.inputs:
+            readers.setdefault(i, []).append(s)
+    value = next((s.outputs[0] for s in graph.steps if s.op == "Round"), None)
+    while value is not None and makers[value].op != "Cast":
+        nxt = [s for s in readers.get(value, []) if s.op in ("Clip", "Cast")]
+        value = nxt[0].outputs[0] if len(nxt) == 1 else None
+    return value
+
+
 class KokoroVoice:
-    def __init__(self, path, graph, config, n_threads=None):
+    def __init__(self, path, graph, config, n_threads=None, voices_path=None):
         self.path, self.graph, self.config = Path(path), graph, config
-        self.n_threads = n_threads
+        self.n_threads, self.voices_path = n_threads, voices_path
         self.tokens_input = "tokens" if "tokens" in graph.inputs else "input_ids"
+        self.duration_value = _duration_value(graph)
 
     @property
     def sample_rate(self):
@@ -97,14 +113,31 @@ class KokoroVoice:
         vocab = self.config.phoneme_id_map
         return [0] + [vocab[p] for p in phonemes if p in vocab] + [0]
 
+    def _feeds(self, ids, length_scale, speaker):
+        speed = 1.0 / (length_scale or 1.0)
+        return {self.tokens_input: np.array([ids], np.int64),
+                "style": self.style(speaker, len(ids) - 2),
+                "speed": np.array([speed], np.float32)}
+
     def audio(self, ids, noise_scale=None, length_scale=None, noise_w=None, speaker=None, seed=None):
         """Phoneme ids (framed) -> float32 waveform at 24 kHz; speaker: a voice name."""
         set_threads(self.n_threads)      # numba's count is per calling thread: set where we run
-        speed = 1.0 / (length_scale or 1.0)
-        feeds = {self.tokens_input: np.array([ids], np.int64),
-                 "style": self.style(speaker, len(ids) - 2),
-                 "speed": np.array([speed], np.float32)}
-        return self.graph.run(feeds)[self.graph.outputs[0]].reshape(-1)
+        return self.graph.run(self._feeds(ids, length_scale, speaker))[self.graph.outputs[0]].reshape(-1)
+
+    def durations_and_audio(self, ids, length_scale=None, speaker=None):
+        """(frames per phoneme id (int64), waveform) of one run, the durations traced from the
+        graph (verify compares them with onnxruntime's)."""
+        if self.duration_value is None:
+            raise KokoroError(f"{self.path.name} has no Round > Clip > Cast duration chain to read.")
+        set_threads(self.n_threads)
+        seen = {}
+
+        def keep(step, values):
+            if self.duration_value in step.outputs:
+                seen["frames"] = np.array(values[self.duration_value]).reshape(-1)
+
+        out = self.graph.run(self._feeds(ids, length_scale, speaker), trace=keep)
+        return seen["frames"], out[self.graph.outputs[0]].reshape(-1)
 
 
 def load_kokoro(path, model=None, voices_path=None, n_threads=None):
@@ -117,5 +150,5 @@ def load_kokoro(path, model=None, voices_path=None, n_threads=None):
         graph = Graph(model)
     except GraphError as e:
         raise KokoroError(str(e)) from None
-    config = KokoroConfig(_vocab(path), _voices(path, voices_path))
-    return KokoroVoice(path, graph, config, n_threads)
+    voices_path, voices = _voices(path, voices_path)
+    return KokoroVoice(path, graph, KokoroConfig(_vocab(path), voices), n_threads, voices_path)
