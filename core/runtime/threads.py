@@ -53,3 +53,60 @@ def ram_bytes():
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 8 << 30
+
+
+class Lanes:
+    """How many of a model's n threads run each decode step, learned from the steps' times.
+
+    A decode step is ~150 short parallel regions, each ending in a barrier that waits for
+    every thread of the team. On a machine where other work holds the cores, a thread that
+    the OS has set aside stalls every region until it runs again: on the shared 2-core host of
+    2026-12-06 (load 7-8) gemma3's step took 600-1760 ms on 2 threads and 130-160 ms on one,
+    and llama.cpp's spinning team as badly (3.5 t/s, the seed engine, which parks slow lanes,
+    22). So each step runs on `pick()` threads and reports its time to `record`: the count
+    with the lower recent time wins, and the other is tried again now and then (after
+    FIRST_PROBE steps, then PROBE_FIRST, the gap doubling while it keeps losing, up to PROBE_MAX), so the team
+    comes back when the machine frees up. The counts tried are n and 1.
+    Which thread computes which rows never changes a result (no kernel of the step reads the
+    live thread count; attention's split follows the model's n_threads, passed as before)."""
+
+    FIRST_PROBE = 3     # the first step on the other count: the third (two to compare it with)
+    PROBE_FIRST = 8
+    PROBE_MAX = 256
+    KEEP = 3        # the current count's recent step times; their median is its estimate
+
+    def __init__(self, n_max):
+        self.n_max = int(n_max)
+        self.counts = (self.n_max, 1) if self.n_max > 1 else (1,)
+        self.times = []     # the current count's recent step times
+        self.current = self.n_max
+        self.gap = self.PROBE_FIRST
+        self.until_probe = self.FIRST_PROBE
+        self.probing = None
+
+    def pick(self):
+        """The thread count of the next step."""
+        if len(self.counts) == 1:
+            return self.current
+        self.until_probe -= 1
+        if self.until_probe <= 0:
+            self.probing = self._other()
+            return self.probing
+        return self.current
+
+    def record(self, n, seconds):
+        """The step just run on n threads took `seconds`."""
+        if len(self.counts) == 1:
+            return
+        if self.probing != n:
+            self.times = (self.times + [seconds])[-self.KEEP:]
+            return
+        self.probing = None     # the probe, one fresh step, against the current's median
+        if not self.times or seconds < sorted(self.times)[len(self.times) // 2]:
+            self.current, self.times, self.gap = n, [seconds], self.PROBE_FIRST   # it wins: switch
+        else:
+            self.gap = min(2 * self.gap, self.PROBE_MAX)    # it lost again: try it less often
+        self.until_probe = self.gap
+
+    def _other(self):
+        return self.counts[1] if self.current == self.counts[0] else self.counts[0]
