@@ -10,6 +10,18 @@ import sys
 # from a BLAS pool running beside them, so Whisper's encoder keeps numba's threads out of it.
 DECODE_LAYERS = ("omp", "tbb", "workqueue")
 
+# How long libgomp's waiting threads spin before they sleep. Its default, where a team has no
+# more threads than the machine has CPUs, is 300000 rounds of `pause` (milliseconds on a
+# Sapphire Rapids, whose pause takes ~140 cycles): a thread done with its rows keeps its CPU
+# that long at each barrier. Where other processes hold the cores, the OS may then run the
+# thread it waits for on the same CPU, and the spinner takes that thread's time. On the shared
+# 2-core host of 2026-12-06 (load ~7, in alternated processes), gemma3's decode step on 2 threads
+# took 550-1360 ms with the default, 123-126 at 10000 rounds, 67-68 at 1000 and 57-62 with
+# passive waiting (1 thread: 56-62), and a 256-token prefill ran at 30 t/s against 274. 1000
+# rounds (tens of microseconds) still cover the gaps between a step's regions on a quiet machine,
+# which libgomp also falls back to by itself once a team outnumbers the CPUs.
+GOMP_SPINCOUNT = "1000"
+
 
 def set_threads(n_threads):
     """Size numba's pool (and keep OpenBLAS to the same count, so the two never oversubscribe)."""
@@ -21,8 +33,12 @@ def set_threads(n_threads):
 
 def prefer_threading_layers(order=DECODE_LAYERS):
     """Ask numba for the first available of `order` at its first parallel launch, unless the
-    user chose (NUMBA_THREADING_LAYER[_PRIORITY]); no effect once threads run."""
+    user chose (NUMBA_THREADING_LAYER[_PRIORITY]), and libgomp for a short spin (GOMP_SPINCOUNT
+    above) unless the user set its wait (GOMP_SPINCOUNT, OMP_WAIT_POLICY); no effect once
+    threads run."""
     import numba
+    if not (os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")):
+        os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT   # read when libgomp loads: the first launch
     if os.environ.get("NUMBA_THREADING_LAYER") or os.environ.get("NUMBA_THREADING_LAYER_PRIORITY"):
         return
     numba.config.THREADING_LAYER_PRIORITY = list(order)
