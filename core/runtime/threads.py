@@ -79,10 +79,12 @@ class Lanes:
     the OS has set aside stalls every region until it runs again: on the shared 2-core host of
     2026-12-06 (load 7-8) gemma3's step took 600-1760 ms on 2 threads and 130-160 ms on one,
     and llama.cpp's spinning team as badly (3.5 t/s, the seed engine, which parks slow lanes,
-    22). So each step runs on `pick()` threads and reports its time to `record`: the count
-    with the lower recent time wins, and the other is tried again now and then (after
-    FIRST_PROBE steps, then PROBE_FIRST, the gap doubling while it keeps losing, up to PROBE_MAX), so the team
-    comes back when the machine frees up. The counts tried are n and 1.
+    22); with libgomp's spin cut short (GOMP_SPINCOUNT above) the team still lost, 50-68 ms
+    against 44-59 (alternated in one process). So each step runs on `pick()` threads and
+    reports its time to `record`: the count with the lower recent time wins, and the other is tried for one step now and then: first
+    on step FIRST_PROBE, then after a gap that doubles each time it loses (from PROBE_FIRST,
+    up to PROBE_MAX) and starts again at PROBE_FIRST when it wins, so the team comes back
+    when the machine frees up. The counts tried are n and 1.
     Which thread computes which rows never changes a result (no kernel of the step reads the
     live thread count; attention's split follows the model's n_threads, passed as before)."""
 
