@@ -81,10 +81,11 @@ class Lanes:
     and llama.cpp's spinning team as badly (3.5 t/s, the seed engine, which parks slow lanes,
     22); with libgomp's spin cut short (GOMP_SPINCOUNT above) the team still lost, 50-68 ms
     against 44-59 (alternated in one process). So each step runs on `pick()` threads and
-    reports its time to `record`: the count with the lower recent time wins, and the other is tried for one step now and then: first
-    on step FIRST_PROBE, then after a gap that doubles each time it loses (from PROBE_FIRST,
-    up to PROBE_MAX) and starts again at PROBE_FIRST when it wins, so the team comes back
-    when the machine frees up. The counts tried are n and 1.
+    reports its time to `record`: the count with the lower recent time wins, and the other is
+    tried for one step now and then: first on step FIRST_PROBE, then after a gap that doubles
+    each time it loses (from PROBE_FIRST, up to PROBE_MAX) and starts again at PROBE_FIRST
+    when it wins, so the team comes back when the machine frees up. The counts tried are n
+    and 1.
     Which thread computes which rows never changes a result (no kernel of the step reads the
     live thread count; attention's split follows the model's n_threads, passed as before)."""
 

@@ -5,8 +5,10 @@ from dasllama.core.runtime import threads
 
 
 def test_libgomp_spins_briefly_unless_the_user_set_its_wait(monkeypatch):
-    monkeypatch.setattr(numba.config, "THREADING_LAYER_PRIORITY", list(numba.config.THREADING_LAYER_PRIORITY))
-    for var in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "NUMBA_THREADING_LAYER", "NUMBA_THREADING_LAYER_PRIORITY"):
+    priority = list(numba.config.THREADING_LAYER_PRIORITY)
+    monkeypatch.setattr(numba.config, "THREADING_LAYER_PRIORITY", priority)
+    for var in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "NUMBA_THREADING_LAYER",
+                "NUMBA_THREADING_LAYER_PRIORITY"):
         monkeypatch.delenv(var, raising=False)
     threads.prefer_threading_layers()
     assert threads.os.environ["GOMP_SPINCOUNT"] == threads.GOMP_SPINCOUNT
