@@ -3,6 +3,7 @@ import os
 import time
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from dasllama.formats.gguf import GGUFError, open_gguf
@@ -16,7 +17,7 @@ from .kvcache import KVCache, new_block, ring_cells, window_intact
 from .step import FirstCompile, step_for
 from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
-from ..runtime.threads import (DECODE_LAYERS, prefer_threading_layers, ram_bytes, set_threads,
+from ..runtime.threads import (DECODE_LAYERS, Lanes, prefer_threading_layers, ram_bytes, set_threads,
                                warn_slow_threading)
 
 DEFAULT_N_CTX = 4096
@@ -240,6 +241,8 @@ class Model:
         self.wbuf = resident_weights(self.gguf.data, copies)
         self.cbuf, self.ctab = weight_copies(self.wbuf, self.tables.wtab, copies)
         self.n_threads = set_threads(n_threads)
+        self.lanes = Lanes(self.n_threads)     # the threads each decode step runs on
+        self._stepped = False
         if self.kv_cache_bytes() > ram_bytes():
             raise ContextFull(f"a context of {self.n_ctx} tokens needs "
                               f"{self.kv_cache_bytes() / 2**30:.1f} GiB of KV cache, more than this "
@@ -398,8 +401,17 @@ class Model:
         if self._first_compile is not None:
             self._first_compile.finish()
             self._first_compile = None
+        one = max(chunk.size, embd.shape[0]) == 1
+        lanes = self.lanes.pick() if one else self.n_threads
+        numba.set_num_threads(lanes)
+        t0 = time.perf_counter()
         self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch,
                           self.acts, n_out, self.logits, trace, self.n_threads)
+        if one:
+            if self._stepped:     # not the call that compiled (or loaded) the step
+                self.lanes.record(lanes, time.perf_counter() - t0)
+            numba.set_num_threads(self.n_threads)
+        self._stepped = True
         self.n_past += max(chunk.size, embd.shape[0])
         if self._compiled is not None:
             self._compiled()

@@ -10,6 +10,18 @@ import sys
 # from a BLAS pool running beside them, so Whisper's encoder keeps numba's threads out of it.
 DECODE_LAYERS = ("omp", "tbb", "workqueue")
 
+# How long libgomp's waiting threads spin before they sleep. Its default, where a team has no
+# more threads than the machine has CPUs, is 300000 rounds of `pause` (milliseconds on a
+# Sapphire Rapids, whose pause takes ~140 cycles): a thread done with its rows keeps its CPU
+# that long at each barrier. Where other processes hold the cores, the OS may then run the
+# thread it waits for on the same CPU, and the spinner takes that thread's time. On the shared
+# 2-core host of 2026-12-06 (load ~7, in alternated processes), gemma3's decode step on 2 threads
+# took 550-1360 ms with the default, 123-126 at 10000 rounds, 67-68 at 1000 and 57-62 with
+# passive waiting (1 thread: 56-62), and a 256-token prefill ran at 30 t/s against 274. 1000
+# rounds (tens of microseconds) still cover the gaps between a step's regions on a quiet machine,
+# which libgomp also falls back to by itself once a team outnumbers the CPUs.
+GOMP_SPINCOUNT = "1000"
+
 
 def set_threads(n_threads):
     """Size numba's pool (and keep OpenBLAS to the same count, so the two never oversubscribe)."""
@@ -21,8 +33,12 @@ def set_threads(n_threads):
 
 def prefer_threading_layers(order=DECODE_LAYERS):
     """Ask numba for the first available of `order` at its first parallel launch, unless the
-    user chose (NUMBA_THREADING_LAYER[_PRIORITY]); no effect once threads run."""
+    user chose (NUMBA_THREADING_LAYER[_PRIORITY]), and libgomp for a short spin (GOMP_SPINCOUNT
+    above) unless the user set its wait (GOMP_SPINCOUNT, OMP_WAIT_POLICY); no effect once
+    threads run."""
     import numba
+    if not (os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")):
+        os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT   # read when libgomp loads: the first launch
     if os.environ.get("NUMBA_THREADING_LAYER") or os.environ.get("NUMBA_THREADING_LAYER_PRIORITY"):
         return
     numba.config.THREADING_LAYER_PRIORITY = list(order)
@@ -53,3 +69,63 @@ def ram_bytes():
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 8 << 30
+
+
+class Lanes:
+    """How many of a model's n threads run each decode step, learned from the steps' times.
+
+    A decode step is ~150 short parallel regions, each ending in a barrier that waits for
+    every thread of the team. On a machine where other work holds the cores, a thread that
+    the OS has set aside stalls every region until it runs again: on the shared 2-core host of
+    2026-12-06 (load 7-8) gemma3's step took 600-1760 ms on 2 threads and 130-160 ms on one,
+    and llama.cpp's spinning team as badly (3.5 t/s, the seed engine, which parks slow lanes,
+    22); with libgomp's spin cut short (GOMP_SPINCOUNT above) the team still lost, 50-68 ms
+    against 44-59 (alternated in one process). So each step runs on `pick()` threads and
+    reports its time to `record`: the count with the lower recent time wins, and the other is
+    tried for one step now and then: first on step FIRST_PROBE, then after a gap that doubles
+    each time it loses (from PROBE_FIRST, up to PROBE_MAX) and starts again at PROBE_FIRST
+    when it wins, so the team comes back when the machine frees up. The counts tried are n
+    and 1.
+    Which thread computes which rows never changes a result (no kernel of the step reads the
+    live thread count; attention's split follows the model's n_threads, passed as before)."""
+
+    FIRST_PROBE = 3     # the first step on the other count: the third (two to compare it with)
+    PROBE_FIRST = 8
+    PROBE_MAX = 256
+    KEEP = 3        # the current count's recent step times; their median is its estimate
+
+    def __init__(self, n_max):
+        self.n_max = int(n_max)
+        self.counts = (self.n_max, 1) if self.n_max > 1 else (1,)
+        self.times = []     # the current count's recent step times
+        self.current = self.n_max
+        self.gap = self.PROBE_FIRST
+        self.until_probe = self.FIRST_PROBE
+        self.probing = None
+
+    def pick(self):
+        """The thread count of the next step."""
+        if len(self.counts) == 1:
+            return self.current
+        self.until_probe -= 1
+        if self.until_probe <= 0:
+            self.probing = self._other()
+            return self.probing
+        return self.current
+
+    def record(self, n, seconds):
+        """The step just run on n threads took `seconds`."""
+        if len(self.counts) == 1:
+            return
+        if self.probing != n:
+            self.times = (self.times + [seconds])[-self.KEEP:]
+            return
+        self.probing = None     # the probe, one fresh step, against the current's median
+        if not self.times or seconds < sorted(self.times)[len(self.times) // 2]:
+            self.current, self.times, self.gap = n, [seconds], self.PROBE_FIRST   # it wins: switch
+        else:
+            self.gap = min(2 * self.gap, self.PROBE_MAX)    # it lost again: try it less often
+        self.until_probe = self.gap
+
+    def _other(self):
+        return self.counts[1] if self.current == self.counts[0] else self.counts[0]
