@@ -14,6 +14,13 @@ def pair(tmp_path_factory):
     return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "gemma3", "tiny")
 
 
+@pytest.fixture(scope="module")
+def idefics3_pair(tmp_path_factory):
+    """Seed 2: of seeds 0-3 the first whose 24 greedy tokens from llama-mtmd-cli are not one
+    token repeated, so the test checks every step of the reply, not just its first."""
+    return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "idefics3", "tiny", seed=2)
+
+
 def run(*args):
     return CliRunner().invoke(cli, ["mtmd", *map(str, args)])
 
@@ -99,3 +106,27 @@ def test_greedy_tokens_match_llama_mtmd_cli(pair):
             "--temp", 0, "-t", 2)
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == ref.strip()
+
+
+def test_idefics3_greedy_tokens_match_llama_mtmd_cli(idefics3_pair):
+    """An idefics3 (SmolVLM) turn: 2 x 2 tiles and the overview, each after the tokens mtmd puts
+    before it (<fake_token_around_image><row_R_col_C>, a newline token between rows, a
+    double-newline <fake_token_around_image><global-img> before the overview), the marker in
+    the middle of the prompt; greedy tokens against llama-mtmd-cli's."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    image = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    prompt = "Look at <__media__> and say what it shows."
+    ref, _ = mtmd_cli_text(idefics3_pair[0], idefics3_pair[1], [image], prompt, 24, 2)
+    r = run("-m", idefics3_pair[0], "--mmproj", idefics3_pair[1], "--image", image, "-p", prompt, "-n", 24,
+            "--temp", 0, "-t", 2)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == ref.strip()
+
+
+def test_idefics3_with_a_vocab_lacking_its_image_tokens(idefics3_pair, tmp_path):
+    """mtmd looks the double newline up as one token; an SPM vocab (llama-spm) has none."""
+    spm = gguf_factory.write_model(tmp_path, "llama", "F32", n_embd=128, n_layer=1)
+    jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    r = run("-m", spm, "--mmproj", idefics3_pair[1], "--image", jpeg, "-p", "hi")
+    assert r.exit_code == 1 and "no token '\\n\\n'" in r.output and "Traceback" not in r.output
+    assert r.stdout == ""
