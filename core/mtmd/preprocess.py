@@ -5,9 +5,10 @@ Lanczos-resize to the longest edge, again up to whole tiles, cut into image_size
 whole image as one more tile. Then x / 255, (x - mean) / std in float32.
 
 mtmd's resampler is Pillow's fixed-point one, but it always filters along rows first; Pillow 13
-gives other pixels when it shrinks a tall image both ways (test-1.jpeg's left 201 x 640 strip:
-Lanczos to 40 x 128 puts 1418 of 15360 values up to 7 levels off, bilinear to 70 x 224 4795
-values 1 off), so every resize here goes through `resample`, a copy of mtmd's.
+gives other pixels when it shrinks a tall image both ways (a 201 x 640 crop of test-1.jpeg,
+black past its 488 rows: Lanczos to 40 x 128 puts 1418 of 15360 values up to 7 levels off,
+bilinear to 70 x 224 4795 values 1 off), so every resize here goes through `resample`, a copy of
+mtmd's.
 """
 import math
 from dataclasses import dataclass
