@@ -26,7 +26,7 @@ from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
 from tests import gguf_factory
 
-PROJECTORS = ("gemma3", "idefics3", "qwen2a", "ultravox")
+PROJECTORS = ("gemma3", "idefics3", "qwen2vl", "qwen2a", "ultravox")
 AUDIO_TEXT_ARCH = {"qwen2a": "qwen2", "ultravox": "llama"}
 ULTRAVOX_STACK = 4   # the real 8 makes llama.cpp 0c1e570 abort on a 30 s window (187 vs 188 tokens)
 
@@ -102,6 +102,16 @@ IDEFICS3_SPECIALS = ("<|im_start|>", "<end_of_utterance>", "<fake_token_around_i
                      "<image>", *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)))
 
 
+# qwen2vl (Qwen2-VL's ViT: no learned positions, 2D M-RoPE, 2 x 2 patch merger). `tiny` takes
+# 28 px patches, so test-1.jpeg (resized to 616 x 504 by mtmd) is 22 x 18 patches, 99 tokens;
+# `real` is Qwen2-VL-2B's (32 layers, 1280 wide, 16 heads, 14 px patches) before a small model.
+QWEN2VL_SIZES = {
+    "tiny": Tower(64, 128, 2, 4, 560, 28, text_embd=128, text_layers=2),
+    "real": Tower(1280, 5120, 32, 16, 560, 14, text_embd=1536, text_layers=2),
+}
+QWEN2VL_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+
+
 @dataclass(frozen=True)
 class AudioTower:
     """A Whisper-style encoder's shape (HF WhisperConfig names in comments)."""
@@ -129,6 +139,8 @@ def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
         return _write_audio_pair(Path(outdir), projector, AUDIO_SIZES[size], size, seed, wtype)
     if projector == "idefics3":
         return _write_idefics3_pair(Path(outdir), size, seed, wtype)
+    if projector == "qwen2vl":
+        return _write_qwen2vl_pair(Path(outdir), size, seed, wtype)
     tower = SIZES[size]
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -215,6 +227,77 @@ def _write_idefics3_mmproj(path, tower, scale, longest_edge, seed, wtype):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _write_qwen2vl_pair(outdir, size, seed, wtype):
+    """A qwen2vl text model (qwen2 with M-RoPE sections) over a ChatML vocab with Qwen2-VL's
+    vision markers, and a qwen2vl mmproj."""
+    tower = QWEN2VL_SIZES[size]
+    outdir.mkdir(parents=True, exist_ok=True)
+    vocab = _gemma3_vocab(outdir / "qwen2vl-mtmd-vocab.gguf", QWEN2VL_SPECIALS, CHATML_TEMPLATE)
+    model = gguf_factory.write_model(outdir, "qwen2vl", "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
+                                     n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
+                                     vocab_from=vocab)
+    mmproj = outdir / f"mmproj-qwen2vl-{size}-{wtype}-s{seed}.gguf"
+    if not mmproj.exists():
+        tmp = mmproj.with_suffix(".part")
+        _write_qwen2vl_mmproj(tmp, tower, seed, wtype)
+        tmp.rename(mmproj)
+    return model, mmproj
+
+
+def _write_qwen2vl_mmproj(path, tower, seed, wtype):
+    """As Qwen2VLVisionModel writes it: MmprojModel's vision keys, the projector type and the
+    layer norm epsilon (rms_norm_eps); the conv3d patch kernel split into its two frames, the
+    fused qkv into q, k, v."""
+    writer = _mmproj_writer(path, "qwen2vl", tower, wtype)
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_vision_projection_dim(tower.text_embd)
+    writer.add_vision_image_size(tower.image_size)
+    writer.add_vision_patch_size(tower.patch_size)
+    writer.add_vision_embedding_length(tower.n_embd)
+    writer.add_vision_feed_forward_length(tower.n_ff)
+    writer.add_vision_block_count(tower.n_layer)
+    writer.add_vision_head_count(tower.n_head)
+    writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])   # Qwen2-VL's (CLIP's)
+    writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
+    writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN2VL)
+    writer.add_vision_attention_layernorm_eps(1e-6)
+    rng = np.random.default_rng(seed + 1)
+    for name, shape, kind in _qwen2vl_tensors(tower):
+        data = _random(rng, name, shape)
+        if kind == "matrix" and wtype == "F16":
+            data = data.astype(np.float16)
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _qwen2vl_tensors(tower):
+    """(name, numpy shape, kind) of a qwen2vl mmproj; numpy shape is GGUF ne reversed."""
+    def name(tensor, bid=None, suffix="weight"):
+        return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
+
+    e, p, T = tower.n_embd, tower.patch_size, MODEL_TENSOR
+    yield name(T.V_ENC_EMBD_PATCH), (e, 3, p, p), "matrix"
+    yield name(T.V_ENC_EMBD_PATCH, suffix="weight.1"), (e, 3, p, p), "matrix"
+    for bid in range(tower.n_layer):
+        for tensor, shape in ((T.V_ENC_ATTN_Q, (e, e)), (T.V_ENC_ATTN_K, (e, e)), (T.V_ENC_ATTN_V, (e, e)),
+                              (T.V_ENC_ATTN_O, (e, e)), (T.V_ENC_FFN_UP, (tower.n_ff, e)),
+                              (T.V_ENC_FFN_DOWN, (e, tower.n_ff))):
+            yield name(tensor, bid), shape, "matrix"
+            yield name(tensor, bid, "bias"), shape[:1], "vector"
+        for tensor in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            yield name(tensor, bid), (e,), "vector"
+            yield name(tensor, bid, "bias"), (e,), "vector"
+    yield name(T.V_POST_NORM), (e,), "vector"                          # the merger's ln_q
+    yield name(T.V_POST_NORM, suffix="bias"), (e,), "vector"
+    yield name(T.V_MMPROJ, 0), (4 * e, 4 * e), "matrix"                # the merger's MLP
+    yield name(T.V_MMPROJ, 0, "bias"), (4 * e,), "vector"
+    yield name(T.V_MMPROJ, 2), (tower.text_embd, 4 * e), "matrix"
+    yield name(T.V_MMPROJ, 2, "bias"), (tower.text_embd,), "vector"
 
 
 def _mmproj_writer(path, projector, tower, wtype):

@@ -11,6 +11,9 @@ from dasllama.kernels.quants import F16, F32
 
 # projector type -> the medium its tower takes
 SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2a": "audio", "ultravox": "audio"}
+# projector type -> medium, for towers that run but whose turn dasllama cannot make yet (named
+# apart so the list of supported types stays what a turn takes)
+TOWER_ONLY = {"qwen2vl_merger": "image"}
 # the text families each projector's splice is made for (its markers, its non-causal media span)
 TEXT_FAMILIES = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2a": ("qwen2",), "ultravox": ("llama",)}
 
@@ -145,7 +148,7 @@ def _hparams(f, path):
         raise MmprojError(f"{path} has neither a vision nor an audio encoder "
                           "(clip.has_vision_encoder, clip.has_audio_encoder).")
     for has, proj, medium in ((has_vision, v_proj, "image"), (has_audio, a_proj, "audio")):
-        if has and SUPPORTED.get(proj) != medium:
+        if has and {**SUPPORTED, **TOWER_ONLY}.get(proj) != medium:
             raise MmprojError(f"{path} has {medium} projector type '{proj}'; dasllama supports "
                               f"{_supported()}.")
 
@@ -173,6 +176,16 @@ def _audio_hparams(f, path, projector, need):
     return hp
 
 
+def _n_merge(f, projector, need):
+    """gemma3's pool (4 unless written), qwen2vl's merge (2 unless written), idefics3's shuffle."""
+    v = Keys.ClipVision
+    if projector == "gemma3":
+        return int(f.get(v.Projector.SCALE_FACTOR, 4))
+    if projector == "qwen2vl_merger":
+        return int(f.get(v.SPATIAL_MERGE_SIZE, 2))
+    return int(need(v.Projector.SCALE_FACTOR))
+
+
 def _vision_hparams(f, path, projector, need):
     v, a = Keys.ClipVision, Keys.ClipVision.Attention
     if projector == "idefics3" and v.PREPROC_IMAGE_SIZE not in f.metadata:
@@ -186,8 +199,7 @@ def _vision_hparams(f, path, projector, need):
         eps=float(need(a.LAYERNORM_EPS)),
         image_mean=tuple(float(x) for x in need(v.IMAGE_MEAN)),
         image_std=tuple(float(x) for x in need(v.IMAGE_STD)),
-        n_merge=int(f.get(v.Projector.SCALE_FACTOR, 4) if projector == "gemma3"
-                    else need(v.Projector.SCALE_FACTOR)),
+        n_merge=_n_merge(f, projector, need),
         n_embd_text=int(need(v.PROJECTION_DIM)),
         longest_edge=int(need(v.PREPROC_IMAGE_SIZE)) if projector == "idefics3" else 0)
     if hp.n_merge < 1 or hp.n_patches_side % hp.n_merge or hp.n_embd % hp.n_head:

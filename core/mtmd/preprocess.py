@@ -17,18 +17,19 @@ import numpy as np
 from PIL import Image
 
 
-def letterbox(img, size):
-    """A Pillow RGB image fitted into a black size x size square, as mtmd's img_tool::resize."""
+def letterbox(img, size, resize=None):
+    """A Pillow RGB image fitted into a black size x size square (or size (w, h)), as mtmd's
+    img_tool::resize with PAD_CEIL; bilinear unless `resize` says otherwise."""
+    out_w, out_h = (size, size) if isinstance(size, int) else size
     w, h = img.size
-    if (w, h) == (size, size):
+    if (w, h) == (out_w, out_h):
         return img.copy()
-    side = np.float32(size)
-    scale = min(side / np.float32(w), side / np.float32(h))         # float32, as mtmd's float
-    new_w = min(int(np.ceil(np.float32(w) * scale)), size)
-    new_h = min(int(np.ceil(np.float32(h) * scale)), size)
-    resized = img if (new_w, new_h) == (w, h) else _bilinear(img, (new_w, new_h))
-    out = Image.new("RGB", (size, size), (0, 0, 0))
-    out.paste(resized, ((size - new_w) // 2, (size - new_h) // 2))
+    scale = min(np.float32(out_w) / np.float32(w), np.float32(out_h) / np.float32(h))   # float32, as mtmd's
+    new_w = min(int(np.ceil(np.float32(w) * scale)), out_w)
+    new_h = min(int(np.ceil(np.float32(h) * scale)), out_h)
+    resized = img if (new_w, new_h) == (w, h) else (resize or _bilinear)(img, (new_w, new_h))
+    out = Image.new("RGB", (out_w, out_h), (0, 0, 0))
+    out.paste(resized, ((out_w - new_w) // 2, (out_h - new_h) // 2))
     return out
 
 
@@ -43,6 +44,39 @@ def gemma3_input(img, hparams):
     """A Pillow RGB image -> the tower's float32 (3, image_size, image_size) input."""
     square = np.asarray(letterbox(img, hparams.image_size), np.uint8)
     return normalize(square, hparams.image_mean, hparams.image_std)
+
+
+def qwen2vl_input(img, hparams):
+    """A Pillow RGB image -> float32 (3, H, W) as mtmd_image_preprocessor_dyn_size makes it for
+    qwen2vl: each side rounded to whole merged patches, scaled down or up into 8..4096 image
+    tokens if outside, then the image fitted into that size (bicubic, PAD_CEIL letterbox)."""
+    size = smart_size(img.size, hparams.patch_size * hparams.n_merge, 8, 4096)
+    return normalize(np.asarray(letterbox(img, size, _bicubic), np.uint8), hparams.image_mean, hparams.image_std)
+
+
+def smart_size(size, align, min_tokens, max_tokens):
+    """mtmd's calc_size_preserved_ratio without a longest edge, in its float32 arithmetic: (w, h)."""
+    f32 = np.float32
+    width, height = size
+    min_pixels, max_pixels = min_tokens * align * align, max_tokens * align * align
+
+    def by(op, x):
+        return int(op(f32(x) / f32(align))) * align
+
+    w_bar = max(align, by(_round, width))
+    h_bar = max(align, by(_round, height))
+    if w_bar * h_bar > max_pixels:
+        beta = np.sqrt(f32(height) * f32(width) / f32(max_pixels))
+        h_bar, w_bar = max(align, by(np.floor, f32(height) / beta)), max(align, by(np.floor, f32(width) / beta))
+    elif w_bar * h_bar < min_pixels:
+        beta = np.sqrt(f32(min_pixels) / (f32(height) * f32(width)))
+        h_bar, w_bar = by(np.ceil, f32(height) * beta), by(np.ceil, f32(width) * beta)
+    return w_bar, h_bar
+
+
+def _round(x):
+    """std::round: halves away from zero (numpy's round takes them to even)."""
+    return math.floor(float(x) + 0.5)
 
 
 @dataclass(frozen=True)
@@ -80,6 +114,10 @@ def idefics3_tiles(img, hparams):
 
 def _bilinear(img, size):
     return Image.fromarray(resample(np.asarray(img, np.uint8), size, _bilinear_filter, 1.0))
+
+
+def _bicubic(img, size):
+    return Image.fromarray(resample(np.asarray(img, np.uint8), size, _bicubic_filter, 2.0))
 
 
 def _lanczos(img, size):
@@ -139,6 +177,15 @@ def _weights(n_in, n_out, kernel, support):
 def _bilinear_filter(x):
     x = abs(x)
     return 1.0 - x if x < 1.0 else 0.0
+
+
+def _bicubic_filter(x, a=-0.5):
+    x = abs(x)                                        # Pillow's a = -0.5, not PyTorch's -0.75
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1
+    if x < 2.0:
+        return (((x - 5) * x + 8) * x - 4) * a
+    return 0.0
 
 
 def _lanczos_filter(x):

@@ -17,7 +17,7 @@ from dasllama.core.llm.generate import Token
 from dasllama.core.llm.sampling import Sampler, SamplerParams
 
 from .audio_mel import mel_windows
-from .mmproj import TEXT_FAMILIES, Mmproj, MmprojError
+from .mmproj import TEXT_FAMILIES, TOWER_ONLY, Mmproj, MmprojError
 from .preprocess import gemma3_input, idefics3_tiles
 from .siglip import Gemma3Tower, Idefics3Tower
 from .whisper_enc import AudioTower
@@ -56,6 +56,9 @@ class Vision:
         for hp, medium in ((mm.vision, "images"), (mm.audio, "audio")):
             if hp is None:
                 continue
+            if hp.projector in TOWER_ONLY:
+                raise MmprojError(f"{mmproj_path} is a '{hp.projector}' mmproj: dasllama runs its tower but "
+                                  "cannot splice it yet (its text model needs M-RoPE positions).")
             if arch not in TEXT_FAMILIES[hp.projector]:
                 raise MmprojError(f"{model.path} is a '{arch}' model, which takes no {medium} from a "
                                   f"'{hp.projector}' mmproj: pass the model that mmproj was made for "
