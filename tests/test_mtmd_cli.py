@@ -130,3 +130,13 @@ def test_idefics3_with_a_vocab_lacking_its_image_tokens(idefics3_pair, tmp_path)
     r = run("-m", spm, "--mmproj", idefics3_pair[1], "--image", jpeg, "-p", "hi")
     assert r.exit_code == 1 and "no token '\\n\\n'" in r.output and "Traceback" not in r.output
     assert r.stdout == ""
+
+
+def test_qwen2vl_mmproj_is_refused_until_the_text_model_has_mrope(tmp_path):
+    """Its tower runs (tests/test_mtmd_tower.py), its turn not yet: one sentence saying why."""
+    _, mmproj = mtmd_pairs.write_pair(tmp_path, "qwen2vl", "tiny")
+    qwen2 = gguf_factory.write_model(tmp_path, "qwen2", "F32", n_embd=128, n_layer=1, vocab_from="llama-spm")
+    jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    r = run("-m", qwen2, "--mmproj", mmproj, "--image", jpeg, "-p", "hi")
+    assert r.exit_code == 1 and "'qwen2vl_merger' mmproj" in r.output and "M-RoPE" in r.output
+    assert r.stdout == ""
