@@ -16,7 +16,7 @@ from gguf.constants import GGMLQuantizationType as QT
 
 from tests import assets
 
-ARCHES = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3")
+ARCHES = ("llama", "qwen2", "qwen2vl", "qwen3", "gemma3", "gemma2", "phi3")
 QTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
           "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")

@@ -1,19 +1,21 @@
 """Random-weight model + mmproj GGUF pairs, written with llama.cpp's converter's tensor names and
 KVs (conversion/gemma.py Gemma3VisionModel, conversion/smolvlm.py SmolVLMModel,
-conversion/qwen.py WhisperEncoderModel and UltravoxWhisperEncoderModel, conversion/base.py
-MmprojModel), which llama-mtmd-cli loads: no registry carries real vision- or audio-language
-weights.
+conversion/qwenvl.py Qwen2VLVisionModel, conversion/qwen.py WhisperEncoderModel and
+UltravoxWhisperEncoderModel, conversion/base.py MmprojModel), which llama-mtmd-cli loads: no
+registry carries real vision- or audio-language weights.
 
-    python -m tests.mtmd_pairs gemma3|idefics3|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
+    python -m tests.mtmd_pairs gemma3|idefics3|qwen2vl|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
 
 prints the model and mmproj paths. gemma3: `tiny` is a 2-layer 128-wide SigLIP on 224x224 images
 (16 image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256 tokens)
 before a small text model, for timing the encoder. idefics3 (before a llama text model with
 SmolVLM's image tokens): `tiny` is a 2-layer 64-wide SigLIP on 64x64 tiles, images resized to a
-longest edge of 128; `real` is SmolVLM-256M's (12 layers, 768 wide, 512x512 tiles, longest
-edge 2048). qwen2a (before a qwen2 text model) and ultravox (before a llama): `tiny` is a 2-layer 64-wide
-Whisper-style encoder on 128 mel bins; `real` is Whisper base's (6 layers, 512 wide, 80 mel
-bins). Either reads 3000 mel frames per 30 s window, as mtmd always gives them.
+longest edge of 128; `real` is SmolVLM-256M's (12 layers, 768 wide, 512x512 tiles, longest edge
+2048). qwen2vl (before a qwen2vl text model, M-RoPE): `tiny` is a 2-layer 64-wide ViT of 28 px
+patches; `real` is Qwen2-VL-2B's (32 layers, 1280 wide, 14 px patches). qwen2a (before a qwen2
+text model) and ultravox (before a llama): `tiny` is a 2-layer 64-wide Whisper-style encoder on
+128 mel bins; `real` is Whisper base's (6 layers, 512 wide, 80 mel bins). Either reads 3000 mel
+frames per 30 s window, as mtmd always gives them.
 """
 import argparse
 import sys

@@ -3,6 +3,7 @@ nothing on stdout."""
 import gguf
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from dasllama.core.tools.ref_mtmd import mtmd_cli_text
 from dasllama_cli.main import cli
@@ -132,11 +133,23 @@ def test_idefics3_with_a_vocab_lacking_its_image_tokens(idefics3_pair, tmp_path)
     assert r.stdout == ""
 
 
-def test_qwen2vl_mmproj_is_refused_until_the_text_model_has_mrope(tmp_path):
-    """Its tower runs (tests/test_mtmd_tower.py), its turn not yet: one sentence saying why."""
-    _, mmproj = mtmd_pairs.write_pair(tmp_path, "qwen2vl", "tiny")
-    qwen2 = gguf_factory.write_model(tmp_path, "qwen2", "F32", n_embd=128, n_layer=1, vocab_from="llama-spm")
-    jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
-    r = run("-m", qwen2, "--mmproj", mmproj, "--image", jpeg, "-p", "hi")
-    assert r.exit_code == 1 and "'qwen2vl_merger' mmproj" in r.output and "M-RoPE" in r.output
-    assert r.stdout == ""
+def test_qwen2vl_greedy_tokens_match_llama_mtmd_cli(tmp_path):
+    """Two qwen2vl images of different grids (11 x 9 and 5 x 9 merged patches), the markers in
+    the middle of the prompt: each image's rows at M-RoPE positions (t, row, column) from its
+    first cell's position, the text after it max(rows, columns) on (without M-RoPE the reply
+    differs from the 2nd token on); greedy tokens against llama-mtmd-cli's. The images go in as
+    PNG: from test-1.jpeg itself, llama-mtmd-cli's stb_image and Pillow decode other pixels, and
+    on this prompt that alone flips the 4th token (with libmtmd's own embeddings spliced in
+    here too)."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    model, mmproj = mtmd_pairs.write_pair(tmp_path, "qwen2vl", "tiny")
+    photo = Image.open(assets.or_skip(assets.mtmd_media, "test-1.jpeg")).convert("RGB")
+    wide, tall = tmp_path / "wide.png", tmp_path / "tall.png"
+    photo.save(wide)
+    photo.resize((300, 500)).save(tall)
+    prompt = "Compare <__media__> with <__media__> please."
+    ref, _ = mtmd_cli_text(model, mmproj, [wide, tall], prompt, 24, 2)
+    r = run("-m", model, "--mmproj", mmproj, "--image", wide, "--image", tall, "-p", prompt, "-n", 24,
+            "--temp", 0, "-t", 2)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == ref.strip()

@@ -10,12 +10,11 @@ from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels.quants import F16, F32
 
 # projector type -> the medium its tower takes
-SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2a": "audio", "ultravox": "audio"}
-# projector type -> medium, for towers that run but whose turn dasllama cannot make yet (named
-# apart so the list of supported types stays what a turn takes)
-TOWER_ONLY = {"qwen2vl_merger": "image"}
+SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2vl_merger": "image", "qwen2a": "audio",
+             "ultravox": "audio"}
 # the text families each projector's splice is made for (its markers, its non-causal media span)
-TEXT_FAMILIES = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2a": ("qwen2",), "ultravox": ("llama",)}
+TEXT_FAMILIES = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2vl_merger": ("qwen2vl",),
+                 "qwen2a": ("qwen2",), "ultravox": ("llama",)}
 
 
 class MmprojError(ValueError):
@@ -148,7 +147,7 @@ def _hparams(f, path):
         raise MmprojError(f"{path} has neither a vision nor an audio encoder "
                           "(clip.has_vision_encoder, clip.has_audio_encoder).")
     for has, proj, medium in ((has_vision, v_proj, "image"), (has_audio, a_proj, "audio")):
-        if has and {**SUPPORTED, **TOWER_ONLY}.get(proj) != medium:
+        if has and SUPPORTED.get(proj) != medium:
             raise MmprojError(f"{path} has {medium} projector type '{proj}'; dasllama supports "
                               f"{_supported()}.")
 

@@ -4,8 +4,7 @@ so each 2 x 2 square is 4 rows in a row, pre-norm blocks whose attention turns q
 patch's row and column (2D M-RoPE, no learned positions) and whose MLP is a quick GELU; then the
 merger: a layer norm, each 2 x 2 square's 4 rows as one, an MLP (GELU) to the text model's width.
 
-Only the tower: a turn needs M-RoPE positions in the text model's forward, which dasllama's has
-not, so core.mtmd.turn refuses these mmprojs.
+The text model places the merged rows by their row and column (M-RoPE: Model.eval_embd's grid).
 """
 from concurrent.futures import ThreadPoolExecutor
 

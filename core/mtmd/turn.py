@@ -4,8 +4,9 @@ projector's begin marker, the item's embeddings, its end marker (gemma3 images:
 <start_of_image> ... <end_of_image>, non-causal among themselves; qwen2a audio: <|audio_bos|> ...
 <|audio_eos|>; ultravox audio: none; idefics3 images: a tile's embeddings after
 <fake_token_around_image><row_R_col_C>, rows apart by a newline token, then a double-newline
-token, <fake_token_around_image><global-img>, the overview's, <fake_token_around_image>); then
-sampled tokens."""
+token, <fake_token_around_image><global-img>, the overview's, <fake_token_around_image>; qwen2vl
+images: <|vision_start|> ... <|vision_end|>, the rows at M-RoPE positions by row and column);
+then sampled tokens."""
 import codecs
 import time
 from dataclasses import dataclass, field
@@ -17,20 +18,30 @@ from dasllama.core.llm.generate import Token
 from dasllama.core.llm.sampling import Sampler, SamplerParams
 
 from .audio_mel import mel_windows
-from .mmproj import TEXT_FAMILIES, TOWER_ONLY, Mmproj, MmprojError
-from .preprocess import gemma3_input, idefics3_tiles
+from .mmproj import TEXT_FAMILIES, Mmproj, MmprojError
+from .preprocess import gemma3_input, idefics3_tiles, qwen2vl_input
+from .qwen2vl import Qwen2VLTower
 from .siglip import Gemma3Tower, Idefics3Tower
 from .whisper_enc import AudioTower
 
 MARKER = "<__media__>"                       # mtmd_default_marker()
 # mtmd.cpp's begin / end markers around a projector's embeddings
 MARKERS = {"gemma3": ("<start_of_image>", "<end_of_image>"), "qwen2a": ("<|audio_bos|>", "<|audio_eos|>"),
-           "ultravox": ("", ""), "idefics3": ("", "")}
+           "ultravox": ("", ""), "idefics3": ("", ""), "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>")}
 IDEFICS3_TILE = "<fake_token_around_image><row_{}_col_{}>"   # before each tile, tokenized
 # looked up as whole tokens by their text, as mtmd's lookup_token does
 IDEFICS3_ROW_END = ("\n",)
 IDEFICS3_OVERVIEW = (("\n\n", "<fake_token_around_image>", "<global-img>"), ("<fake_token_around_image>",))
 NON_CAUSAL = {"gemma3"}                      # mtmd_decode_use_non_causal
+
+
+@dataclass(frozen=True)
+class Grid:
+    """An image's embeddings (nx * ny, n_embd), row-major over its nx x ny grid: an M-RoPE
+    text model places each row by its row and column (qwen2vl)."""
+    embd: object
+    nx: int
+    ny: int
 
 
 @dataclass(frozen=True)
@@ -56,9 +67,6 @@ class Vision:
         for hp, medium in ((mm.vision, "images"), (mm.audio, "audio")):
             if hp is None:
                 continue
-            if hp.projector in TOWER_ONLY:
-                raise MmprojError(f"{mmproj_path} is a '{hp.projector}' mmproj: dasllama runs its tower but "
-                                  "cannot splice it yet (its text model needs M-RoPE positions).")
             if arch not in TEXT_FAMILIES[hp.projector]:
                 raise MmprojError(f"{model.path} is a '{arch}' model, which takes no {medium} from a "
                                   f"'{hp.projector}' mmproj: pass the model that mmproj was made for "
@@ -70,7 +78,7 @@ class Vision:
             raise MmprojError("this dasllama's language model cannot take embeddings as input yet.")
         self.mm, self.hparams = mm, mm.vision
         self.tokenizer = model.tokenizer
-        towers = {"gemma3": Gemma3Tower, "idefics3": Idefics3Tower}
+        towers = {"gemma3": Gemma3Tower, "idefics3": Idefics3Tower, "qwen2vl_merger": Qwen2VLTower}
         self.tower = towers[mm.vision.projector](mm, n_threads) if mm.vision else None
         if mm.vision and mm.vision.projector == "idefics3":   # looked up now: a vocab without them fails here
             self.idefics3_ids = [_lookup(model.tokenizer, texts)
@@ -91,14 +99,18 @@ class Vision:
 
     def encode(self, item):
         """A Pillow RGB image or an Audio clip -> what goes in the prompt at its marker: a list of
-        (n_tokens, n_embd) embeddings and token id lists, in order. A clip's 30 s windows are
-        one after another, as mtmd concatenates them; an idefics3 image is its tiles and their
-        tokens."""
+        (n_tokens, n_embd) embeddings (a Grid for qwen2vl) and token id lists, in order. A
+        clip's 30 s windows are one after another, as mtmd concatenates them; an idefics3 image
+        is its tiles and their tokens."""
         if isinstance(item, Audio):
             windows = mel_windows(item.samples, self.mm.audio.n_mel)
             return [np.concatenate([self.audio_tower.encode(w) for w in windows])]
         if self.hparams.projector == "idefics3":
             return self._idefics3_parts(item)
+        if self.hparams.projector == "qwen2vl_merger":
+            image = qwen2vl_input(item, self.hparams)
+            side = self.hparams.patch_size * self.hparams.n_merge
+            return [Grid(self.tower.encode(image), image.shape[2] // side, image.shape[1] // side)]
         return [self.tower.encode(gemma3_input(item, self.hparams))]
 
     def _idefics3_parts(self, img):
@@ -176,7 +188,9 @@ def image_turn(model, vision, images, prompt, n_predict=-1, params=SamplerParams
             logits = model.eval(ids)
             history += ids
         for part in embds[i] if i < len(embds) else ():
-            if isinstance(part, np.ndarray):
+            if isinstance(part, Grid):
+                logits = model.eval_embd(part.embd, grid=(part.nx, part.ny))
+            elif isinstance(part, np.ndarray):
                 logits = model.eval_embd(part, causal=projectors[i] not in NON_CAUSAL)
             else:
                 logits = model.eval(part)
