@@ -18,7 +18,8 @@ def pair(tmp_path_factory):
 @pytest.fixture(scope="module")
 def idefics3_pair(tmp_path_factory):
     """Seed 2: of seeds 0-3 the first whose 24 greedy tokens from llama-mtmd-cli are not one
-    token repeated, so the test checks every step of the reply, not just its first."""
+    token repeated (on test-1.jpeg), so the test checks every step of the reply, not just its
+    first."""
     return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "idefics3", "tiny", seed=2)
 
 
@@ -109,13 +110,15 @@ def test_greedy_tokens_match_llama_mtmd_cli(pair):
     assert r.stdout.strip() == ref.strip()
 
 
-def test_idefics3_greedy_tokens_match_llama_mtmd_cli(idefics3_pair):
+def test_idefics3_greedy_tokens_match_llama_mtmd_cli(idefics3_pair, tmp_path):
     """An idefics3 (SmolVLM) turn: 2 x 2 tiles and the overview, each after the tokens mtmd puts
     before it (<fake_token_around_image><row_R_col_C>, a newline token between rows, a
     double-newline <fake_token_around_image><global-img> before the overview), the marker in
-    the middle of the prompt; greedy tokens against llama-mtmd-cli's."""
+    the middle of the prompt; greedy tokens against llama-mtmd-cli's. The image goes in as PNG,
+    which stb_image and Pillow decode alike (see the qwen2vl test)."""
     assets.or_skip(assets.llama_mtmd_bin)
-    image = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    image = tmp_path / "test-1.png"
+    Image.open(assets.or_skip(assets.mtmd_media, "test-1.jpeg")).convert("RGB").save(image)
     prompt = "Look at <__media__> and say what it shows."
     ref, _ = mtmd_cli_text(idefics3_pair[0], idefics3_pair[1], [image], prompt, 24, 2)
     r = run("-m", idefics3_pair[0], "--mmproj", idefics3_pair[1], "--image", image, "-p", prompt, "-n", 24,
