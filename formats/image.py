@@ -1,7 +1,8 @@
 """Images decoded to 8-bit RGB pixels with Pillow (JPEG, PNG, WebP, BMP, GIF's first frame, ...).
 
-Pillow is the decoder transformers' image processors use, and llama.cpp's mtmd resamples with a
-copy of Pillow's own fixed-point filters, so one library does both jobs here. The pixels are
+Pillow is the decoder transformers' image processors use. llama.cpp's mtmd resamples with a
+copy of Pillow's fixed-point filters that always filters rows first, where Pillow may not, so
+the resizes are core.mtmd.preprocess's own copy of mtmd's, not Pillow's. The pixels are
 the file's as stored: like mtmd (stb_image) no EXIF rotation is applied, an alpha channel is
 dropped, and grey is repeated over R, G, B.
 """

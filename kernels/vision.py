@@ -1,5 +1,6 @@
 """The vision towers' row ops: patches of an image as rows, the gemma3 projector's average pool
-and its RMS norm. Plain numpy references beside the numba kernels (tests compare them)."""
+and its RMS norm, qwen2vl's quick GELU and its 2D rotary embedding. Plain numpy references
+beside the numba kernels (tests compare them)."""
 import numpy as np
 from numba import njit, prange
 
@@ -55,3 +56,42 @@ def avg_pool_tokens_ref(x, side, k):
 def rms_norm_rows_ref(x, w, eps):
     x = x.astype(np.float64)
     return (x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w).astype(np.float32)
+
+
+@njit(**JIT)
+def bias_gelu_quick(x, bias):
+    """x (T, n) <- gelu_quick(x + bias) = y / (1 + e^(-1.702 y)), in place; bias (n,). The
+    exponent is clamped where e^-1.702y would overflow float32 (the result is 0 there anyway)."""
+    n_rows, n_cols = x.shape
+    for t in range(n_rows):
+        row = x[t]
+        for j in range(n_cols):
+            y = row[j] + bias[j]
+            row[j] = y / (np.float32(1.0) + np.exp(min(np.float32(-1.702) * y, np.float32(80.0))))
+
+
+def bias_gelu_quick_ref(x, bias):
+    y = (x + bias).astype(np.float64)
+    return (y / (1.0 + np.exp(-1.702 * y))).astype(np.float32)
+
+
+def rope_vision(x, pos_y, pos_x, n_head, base=10000.0):
+    """x (T, n_head * d) rotated in place as ggml_rope_multi's GGML_ROPE_TYPE_VISION with
+    qwen2vl's sections (d/4 each): pair (i, i + d/2) turns by pos_y * base^(-4i/d) for i < d/4,
+    by pos_x * base^(-4(i - d/4)/d) above; each angle grown by repeated float32 products, as
+    ggml's cache init grows it."""
+    d = x.shape[1] // n_head
+    half, quarter = d // 2, d // 4
+    scale = np.float32(np.power(np.float32(base), np.float32(-2.0) / np.float32(half)))
+    cos = np.empty((len(x), half), np.float32)
+    sin = np.empty_like(cos)
+    for start, pos in ((0, pos_y), (quarter, pos_x)):
+        theta = pos.astype(np.float32)
+        for i in range(start, start + quarter):
+            cos[:, i], sin[:, i] = np.cos(theta), np.sin(theta)
+            theta = theta * scale
+    heads = x.reshape(len(x), n_head, d)
+    x0, x1 = heads[:, :, :half].copy(), heads[:, :, half:].copy()
+    c, s = cos[:, None, :], sin[:, None, :]
+    heads[:, :, :half] = x0 * c - x1 * s
+    heads[:, :, half:] = x0 * s + x1 * c

@@ -16,7 +16,7 @@ from gguf.constants import GGMLQuantizationType as QT
 
 from tests import assets
 
-ARCHES = ("llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3")
+ARCHES = ("llama", "qwen2", "qwen2vl", "qwen3", "gemma3", "gemma2", "phi3")
 QTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
           "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 K_QUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -50,6 +50,8 @@ FAMILIES = {
     # Qwen2.5 0.5B..3B tie the embeddings.
     "qwen2": Family("qwen2", 1e6, 1e-6, tied_output=True, qkv_bias=True),
     "qwen3": Family("qwen2", 1e6, 1e-6, tied_output=True, wide_heads=True, qk_norm=True),
+    # Qwen2-VL's text model: qwen2 with M-RoPE (rope.dimension_sections, written below)
+    "qwen2vl": Family("qwen2", 1e6, 1e-6, tied_output=True, qkv_bias=True),
     # Gemma: an SPM vocab without a space prefix; norm weights stored as HF weight + 1.
     "gemma2": Family("llama-spm", 10000.0, 1e-6, tied_output=True, wide_heads=True,
                      post_norms=True, add_space_prefix=False),
@@ -217,6 +219,10 @@ def _add_hparams(writer, arch, family, dims, n_vocab):
     if arch == "llama":
         writer.add_vocab_size(n_vocab)
         writer.add_rope_dimension_count(dims["head_dim"])
+    if arch == "qwen2vl":
+        # Qwen2-VL's [16, 24, 24] of a 128-wide head's 64 rotated pairs, at this head's width
+        half = dims["head_dim"] // 2
+        writer.add_rope_dimension_sections([half // 4, 3 * half // 8, half - half // 4 - 3 * half // 8, 0])
     if arch == "phi3":
         writer.add_rope_scaling_orig_ctx_len(dims["n_ctx_train"])
         writer.add_rope_dimension_count(dims["head_dim"])

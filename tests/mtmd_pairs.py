@@ -1,16 +1,21 @@
 """Random-weight model + mmproj GGUF pairs, written with llama.cpp's converter's tensor names and
-KVs (conversion/gemma.py Gemma3VisionModel, conversion/qwen.py WhisperEncoderModel and
+KVs (conversion/gemma.py Gemma3VisionModel, conversion/smolvlm.py SmolVLMModel,
+conversion/qwenvl.py Qwen2VLVisionModel, conversion/qwen.py WhisperEncoderModel and
 UltravoxWhisperEncoderModel, conversion/base.py MmprojModel), which llama-mtmd-cli loads: no
 registry carries real vision- or audio-language weights.
 
-    python -m tests.mtmd_pairs gemma3|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
+    python -m tests.mtmd_pairs gemma3|idefics3|qwen2vl|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
 
-prints the model and mmproj paths. gemma3: `tiny` is a 2-layer 128-wide SigLIP on 224x224
-images (16 image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256
-tokens) before a small text model, for timing the encoder. qwen2a (before a qwen2 text model)
-and ultravox (before a llama): `tiny` is a 2-layer 64-wide Whisper-style encoder on 128 mel
-bins; `real` is Whisper base's (6 layers, 512 wide, 80 mel bins). Either reads 3000 mel frames
-per 30 s window, as mtmd always gives them.
+prints the model and mmproj paths. gemma3: `tiny` is a 2-layer 128-wide SigLIP on 224x224 images
+(16 image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256 tokens)
+before a small text model, for timing the encoder. idefics3 (before a llama text model with
+SmolVLM's image tokens): `tiny` is a 2-layer 64-wide SigLIP on 64x64 tiles, images resized to a
+longest edge of 128; `real` is SmolVLM-256M's (12 layers, 768 wide, 512x512 tiles, longest edge
+2048). qwen2vl (before a qwen2vl text model, M-RoPE): `tiny` is a 2-layer 64-wide ViT of 28 px
+patches; `real` is Qwen2-VL-2B's (32 layers, 1280 wide, 14 px patches). qwen2a (before a qwen2
+text model) and ultravox (before a llama): `tiny` is a 2-layer 64-wide Whisper-style encoder on
+128 mel bins; `real` is Whisper base's (6 layers, 512 wide, 80 mel bins). Either reads 3000 mel
+frames per 30 s window, as mtmd always gives them.
 """
 import argparse
 import sys
@@ -23,7 +28,7 @@ from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
 from tests import gguf_factory
 
-PROJECTORS = ("gemma3", "qwen2a", "ultravox")
+PROJECTORS = ("gemma3", "idefics3", "qwen2vl", "qwen2a", "ultravox")
 AUDIO_TEXT_ARCH = {"qwen2a": "qwen2", "ultravox": "llama"}
 ULTRAVOX_STACK = 4   # the real 8 makes llama.cpp 0c1e570 abort on a 30 s window (187 vs 188 tokens)
 
@@ -73,6 +78,42 @@ SIZES = {
 }
 
 
+# idefics3 (SmolVLM): the tower, its pixel shuffle factor and the longest edge images are resized
+# to. `tiny` cuts llama.cpp's 640x488 test image into 2 x 2 tiles of 64 (+ the overview), 16
+# tokens each; `real` is SmolVLM-256M's SigLIP (12 layers, 768 wide, 512 tiles of 16 px patches,
+# shuffle 4: 64 tokens a tile) before a small text model.
+IDEFICS3_SIZES = {
+    "tiny": (Tower(64, 128, 2, 4, 64, 8, text_embd=128, text_layers=2), 2, 128),
+    "real": (Tower(768, 3072, 12, 12, 512, 16, text_embd=576, text_layers=2), 4, 2048),
+}
+
+# SmolVLM's chat template as far as a string-content turn goes (the published one takes a list
+# of typed items and renders an image item as <image>).
+IDEFICS3_TEMPLATE = (
+    "<|im_start|>"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}User{%- elif message['role'] == 'assistant' -%}Assistant"
+    "{%- else -%}System{%- endif -%}"
+    "{{ ': ' + message['content'] + '<end_of_utterance>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ 'Assistant:' }}{%- endif -%}"
+)
+# the tokens mtmd places around idefics3 tiles, looked up by their text (SmolVLM has rows and
+# columns up to 6)
+IDEFICS3_SPECIALS = ("<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>", "<global-img>",
+                     "<image>", *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)))
+
+
+# qwen2vl (Qwen2-VL's ViT: no learned positions, 2D M-RoPE, 2 x 2 patch merger). `tiny` takes
+# 28 px patches, so test-1.jpeg (resized to 616 x 504 by mtmd) is 22 x 18 patches, 99 tokens;
+# `real` is Qwen2-VL-2B's (32 layers, 1280 wide, 16 heads, 14 px patches) before a small model.
+QWEN2VL_SIZES = {
+    "tiny": Tower(64, 128, 2, 4, 560, 28, text_embd=128, text_layers=2),
+    "real": Tower(1280, 5120, 32, 16, 560, 14, text_embd=1536, text_layers=2),
+}
+QWEN2VL_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+
+
 @dataclass(frozen=True)
 class AudioTower:
     """A Whisper-style encoder's shape (HF WhisperConfig names in comments)."""
@@ -98,6 +139,10 @@ def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
         raise ValueError(f"unknown projector {projector!r}; supported: {', '.join(PROJECTORS)}")
     if projector in AUDIO_TEXT_ARCH:
         return _write_audio_pair(Path(outdir), projector, AUDIO_SIZES[size], size, seed, wtype)
+    if projector == "idefics3":
+        return _write_idefics3_pair(Path(outdir), size, seed, wtype)
+    if projector == "qwen2vl":
+        return _write_qwen2vl_pair(Path(outdir), size, seed, wtype)
     tower = SIZES[size]
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -114,13 +159,13 @@ def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
     return model, mmproj
 
 
-def _gemma3_vocab(path, specials=GEMMA3_SPECIALS, template=GEMMA3_TEMPLATE):
-    """llama.cpp's llama-spm vocab plus a family's turn and media control tokens and its chat
-    template (Gemma 3's by default): a small vocab that tokenizes the prompts llama-mtmd-cli
-    builds."""
+def _gemma3_vocab(path, specials=GEMMA3_SPECIALS, template=GEMMA3_TEMPLATE, base="llama-spm"):
+    """llama.cpp's llama-spm vocab (or another ggml-vocab-`base`) plus a family's turn and media
+    control tokens and its chat template (Gemma 3's by default): a small vocab that tokenizes
+    the prompts llama-mtmd-cli builds."""
     if path.exists():
         return path
-    kvs = gguf_factory._tokenizer_kvs(gguf_factory._vocab_path("llama-spm"))
+    kvs = gguf_factory._tokenizer_kvs(gguf_factory._vocab_path(base))
     writer = gguf.GGUFWriter(str(path.with_suffix(".part")), "llama")
     keys = gguf.Keys.Tokenizer
     extra = {keys.LIST: [t.encode() for t in specials], keys.SCORES: [0.0] * len(specials),
@@ -136,6 +181,125 @@ def _gemma3_vocab(path, specials=GEMMA3_SPECIALS, template=GEMMA3_TEMPLATE):
     writer.close()
     path.with_suffix(".part").rename(path)
     return path
+
+
+def _write_idefics3_pair(outdir, size, seed, wtype):
+    """A llama text model over GPT-2's BPE vocab (SmolVLM's is a BPE one too, and mtmd looks up
+    "\n\n" as one token, which an SPM vocab lacks) and an idefics3 mmproj."""
+    tower, scale, longest_edge = IDEFICS3_SIZES[size]
+    outdir.mkdir(parents=True, exist_ok=True)
+    vocab = _gemma3_vocab(outdir / "idefics3-mtmd-vocab.gguf", IDEFICS3_SPECIALS, IDEFICS3_TEMPLATE, "gpt-2")
+    model = gguf_factory.write_model(outdir, "llama", "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
+                                     n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
+                                     vocab_from=vocab)
+    mmproj = outdir / f"mmproj-idefics3-{size}-{wtype}-s{seed}.gguf"
+    if not mmproj.exists():
+        tmp = mmproj.with_suffix(".part")
+        _write_idefics3_mmproj(tmp, tower, scale, longest_edge, seed, wtype)
+        tmp.rename(mmproj)
+    return model, mmproj
+
+
+def _write_idefics3_mmproj(path, tower, scale, longest_edge, seed, wtype):
+    """As SmolVLMModel writes it: MmprojModel's vision keys, the projector type, layer norm
+    epsilon, the pixel shuffle factor, GELU, and the preprocessor's longest edge."""
+    writer = _mmproj_writer(path, "idefics3", tower, wtype)
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_vision_projection_dim(tower.text_embd)
+    writer.add_vision_image_size(tower.image_size)
+    writer.add_vision_patch_size(tower.patch_size)
+    writer.add_vision_embedding_length(tower.n_embd)
+    writer.add_vision_feed_forward_length(tower.n_ff)
+    writer.add_vision_block_count(tower.n_layer)
+    writer.add_vision_head_count(tower.n_head)
+    writer.add_vision_image_mean([0.5, 0.5, 0.5])   # SmolVLM's preprocessor_config.json
+    writer.add_vision_image_std([0.5, 0.5, 0.5])
+    writer.add_clip_projector_type(gguf.VisionProjectorType.IDEFICS3)
+    writer.add_vision_attention_layernorm_eps(1e-6)
+    writer.add_vision_projector_scale_factor(scale)
+    writer.add_vision_use_gelu(True)
+    writer.add_vision_preproc_image_size(longest_edge)
+    rng = np.random.default_rng(seed + 1)
+    for name, shape, kind in _siglip_tensors(tower, "idefics3", scale):
+        data = _random(rng, name, shape)
+        if kind == "matrix" and wtype == "F16":
+            data = data.astype(np.float16)
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _write_qwen2vl_pair(outdir, size, seed, wtype):
+    """A qwen2vl text model (qwen2 with M-RoPE sections) over a ChatML vocab with Qwen2-VL's
+    vision markers, and a qwen2vl mmproj."""
+    tower = QWEN2VL_SIZES[size]
+    outdir.mkdir(parents=True, exist_ok=True)
+    vocab = _gemma3_vocab(outdir / "qwen2vl-mtmd-vocab.gguf", QWEN2VL_SPECIALS, CHATML_TEMPLATE)
+    model = gguf_factory.write_model(outdir, "qwen2vl", "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
+                                     n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
+                                     vocab_from=vocab)
+    mmproj = outdir / f"mmproj-qwen2vl-{size}-{wtype}-s{seed}.gguf"
+    if not mmproj.exists():
+        tmp = mmproj.with_suffix(".part")
+        _write_qwen2vl_mmproj(tmp, tower, seed, wtype)
+        tmp.rename(mmproj)
+    return model, mmproj
+
+
+def _write_qwen2vl_mmproj(path, tower, seed, wtype):
+    """As Qwen2VLVisionModel writes it: MmprojModel's vision keys, the projector type and the
+    layer norm epsilon (rms_norm_eps); the conv3d patch kernel split into its two frames, the
+    fused qkv into q, k, v."""
+    writer = _mmproj_writer(path, "qwen2vl", tower, wtype)
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_vision_projection_dim(tower.text_embd)
+    writer.add_vision_image_size(tower.image_size)
+    writer.add_vision_patch_size(tower.patch_size)
+    writer.add_vision_embedding_length(tower.n_embd)
+    writer.add_vision_feed_forward_length(tower.n_ff)
+    writer.add_vision_block_count(tower.n_layer)
+    writer.add_vision_head_count(tower.n_head)
+    writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])   # Qwen2-VL's (CLIP's)
+    writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
+    writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN2VL)
+    writer.add_vision_attention_layernorm_eps(1e-6)
+    rng = np.random.default_rng(seed + 1)
+    for name, shape, kind in _qwen2vl_tensors(tower):
+        data = _random(rng, name, shape)
+        if kind == "matrix" and wtype == "F16":
+            data = data.astype(np.float16)
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _qwen2vl_tensors(tower):
+    """(name, numpy shape, kind) of a qwen2vl mmproj; numpy shape is GGUF ne reversed."""
+    def name(tensor, bid=None, suffix="weight"):
+        return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
+
+    e, p, T = tower.n_embd, tower.patch_size, MODEL_TENSOR
+    yield name(T.V_ENC_EMBD_PATCH), (e, 3, p, p), "matrix"
+    yield name(T.V_ENC_EMBD_PATCH, suffix="weight.1"), (e, 3, p, p), "matrix"
+    for bid in range(tower.n_layer):
+        for tensor, shape in ((T.V_ENC_ATTN_Q, (e, e)), (T.V_ENC_ATTN_K, (e, e)), (T.V_ENC_ATTN_V, (e, e)),
+                              (T.V_ENC_ATTN_O, (e, e)), (T.V_ENC_FFN_UP, (tower.n_ff, e)),
+                              (T.V_ENC_FFN_DOWN, (e, tower.n_ff))):
+            yield name(tensor, bid), shape, "matrix"
+            yield name(tensor, bid, "bias"), shape[:1], "vector"
+        for tensor in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            yield name(tensor, bid), (e,), "vector"
+            yield name(tensor, bid, "bias"), (e,), "vector"
+    yield name(T.V_POST_NORM), (e,), "vector"                          # the merger's ln_q
+    yield name(T.V_POST_NORM, suffix="bias"), (e,), "vector"
+    yield name(T.V_MMPROJ, 0), (4 * e, 4 * e), "matrix"                # the merger's MLP
+    yield name(T.V_MMPROJ, 0, "bias"), (4 * e,), "vector"
+    yield name(T.V_MMPROJ, 2), (tower.text_embd, 4 * e), "matrix"
+    yield name(T.V_MMPROJ, 2, "bias"), (tower.text_embd,), "vector"
 
 
 def _mmproj_writer(path, projector, tower, wtype):
@@ -165,7 +329,7 @@ def _write_gemma3_mmproj(path, tower, seed, wtype):
     # the converter writes the pooling factor only when it is not Gemma 3's 4
 
     rng = np.random.default_rng(seed + 1)
-    for name, shape, kind in _gemma3_tensors(tower):
+    for name, shape, kind in _siglip_tensors(tower):
         data = _random(rng, name, shape)
         if kind == "matrix" and wtype == "F16":
             data = data.astype(np.float16)
@@ -176,9 +340,10 @@ def _write_gemma3_mmproj(path, tower, seed, wtype):
     writer.close()
 
 
-def _gemma3_tensors(tower):
-    """(name, numpy shape, kind) of a gemma3 mmproj; numpy shape is the GGUF ne reversed.
-    kind "embd" stays F32 (the converter forces `.embeddings.` to F32), "vector" too (1-D)."""
+def _siglip_tensors(tower, projector="gemma3", scale=None):
+    """(name, numpy shape, kind) of a gemma3 or idefics3 mmproj (scale: idefics3's pixel shuffle
+    factor); numpy shape is the GGUF ne reversed. kind "embd" stays F32 (the converter forces
+    `.embeddings.` to F32), "vector" too (1-D)."""
     def name(tensor, bid=None, suffix="weight"):
         return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
 
@@ -199,9 +364,13 @@ def _gemma3_tensors(tower):
             yield name(tensor, bid, "bias"), (e,), "vector"
     yield name(MODEL_TENSOR.V_POST_NORM), (e,), "vector"
     yield name(MODEL_TENSOR.V_POST_NORM, suffix="bias"), (e,), "vector"
-    yield name(MODEL_TENSOR.V_MM_SOFT_EMB_NORM), (e,), "vector"
-    # HF's mm_input_projection_weight is (vision width, text width), stored untransposed
-    yield name(MODEL_TENSOR.V_MM_INP_PROJ), (e, tower.text_embd), "matrix"
+    if projector == "gemma3":
+        yield name(MODEL_TENSOR.V_MM_SOFT_EMB_NORM), (e,), "vector"
+        # HF's mm_input_projection_weight is (vision width, text width), stored untransposed
+        yield name(MODEL_TENSOR.V_MM_INP_PROJ), (e, tower.text_embd), "matrix"
+    else:
+        # idefics3: connector.modality_projection.proj (text width, vision width * k * k), no bias
+        yield name(MODEL_TENSOR.V_MMPROJ_FC), (tower.text_embd, e * scale * scale), "matrix"
 
 
 def _write_audio_pair(outdir, projector, tower, size, seed, wtype):

@@ -3,6 +3,7 @@ nothing on stdout."""
 import gguf
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from dasllama.core.tools.ref_mtmd import mtmd_cli_text
 from dasllama_cli.main import cli
@@ -12,6 +13,14 @@ from tests import assets, gguf_factory, mtmd_pairs
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "gemma3", "tiny")
+
+
+@pytest.fixture(scope="module")
+def idefics3_pair(tmp_path_factory):
+    """Seed 2: of seeds 0-3 the first whose 24 greedy tokens from llama-mtmd-cli are not one
+    token repeated (on test-1.jpeg), so the test checks every step of the reply, not just its
+    first."""
+    return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "idefics3", "tiny", seed=2)
 
 
 def run(*args):
@@ -96,6 +105,54 @@ def test_greedy_tokens_match_llama_mtmd_cli(pair):
     prompt = "What is in the picture?"
     ref, _ = mtmd_cli_text(pair[0], pair[1], [image], prompt, 24, 2)
     r = run("-m", pair[0], "--mmproj", pair[1], "--image", image, "-p", prompt, "-n", 24,
+            "--temp", 0, "-t", 2)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == ref.strip()
+
+
+def test_idefics3_greedy_tokens_match_llama_mtmd_cli(idefics3_pair, tmp_path):
+    """An idefics3 (SmolVLM) turn: 2 x 2 tiles and the overview, each after the tokens mtmd puts
+    before it (<fake_token_around_image><row_R_col_C>, a newline token between rows, a
+    double-newline <fake_token_around_image><global-img> before the overview), the marker in
+    the middle of the prompt; greedy tokens against llama-mtmd-cli's. The image goes in as PNG,
+    which stb_image and Pillow decode alike (see the qwen2vl test)."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    image = tmp_path / "test-1.png"
+    Image.open(assets.or_skip(assets.mtmd_media, "test-1.jpeg")).convert("RGB").save(image)
+    prompt = "Look at <__media__> and say what it shows."
+    ref, _ = mtmd_cli_text(idefics3_pair[0], idefics3_pair[1], [image], prompt, 24, 2)
+    r = run("-m", idefics3_pair[0], "--mmproj", idefics3_pair[1], "--image", image, "-p", prompt, "-n", 24,
+            "--temp", 0, "-t", 2)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == ref.strip()
+
+
+def test_idefics3_with_a_vocab_lacking_its_image_tokens(idefics3_pair, tmp_path):
+    """mtmd looks the double newline up as one token; an SPM vocab (llama-spm) has none."""
+    spm = gguf_factory.write_model(tmp_path, "llama", "F32", n_embd=128, n_layer=1)
+    jpeg = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    r = run("-m", spm, "--mmproj", idefics3_pair[1], "--image", jpeg, "-p", "hi")
+    assert r.exit_code == 1 and "no token '\\n\\n'" in r.output and "Traceback" not in r.output
+    assert r.stdout == ""
+
+
+def test_qwen2vl_greedy_tokens_match_llama_mtmd_cli(tmp_path):
+    """Two qwen2vl images of different grids (11 x 9 and 5 x 9 merged patches), the markers in
+    the middle of the prompt: each image's rows at M-RoPE positions (t, row, column) from its
+    first cell's position, the text after it max(rows, columns) on (without M-RoPE the reply
+    differs from the 2nd token on); greedy tokens against llama-mtmd-cli's. The images go in as
+    PNG: from test-1.jpeg itself, llama-mtmd-cli's stb_image and Pillow decode other pixels, and
+    on this prompt that alone flips the 4th token (with libmtmd's own embeddings spliced in
+    here too)."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    model, mmproj = mtmd_pairs.write_pair(tmp_path, "qwen2vl", "tiny")
+    photo = Image.open(assets.or_skip(assets.mtmd_media, "test-1.jpeg")).convert("RGB")
+    wide, tall = tmp_path / "wide.png", tmp_path / "tall.png"
+    photo.save(wide)
+    photo.resize((300, 500)).save(tall)
+    prompt = "Compare <__media__> with <__media__> please."
+    ref, _ = mtmd_cli_text(model, mmproj, [wide, tall], prompt, 24, 2)
+    r = run("-m", model, "--mmproj", mmproj, "--image", wide, "--image", tall, "-p", prompt, "-n", 24,
             "--temp", 0, "-t", 2)
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() == ref.strip()

@@ -1,16 +1,21 @@
-"""The gemma3 vision tower against llama.cpp's libmtmd on llama.cpp's own test image, on a tiny
-random-weight pair written with the converter's names (tests.mtmd_pairs); and the mmproj and
-image inputs that must fail with one sentence."""
+"""The gemma3 and idefics3 vision towers against llama.cpp's libmtmd on llama.cpp's own test
+image, on tiny random-weight pairs written with the converter's names (tests.mtmd_pairs); and the
+mmproj and image inputs that must fail with one sentence."""
 import gguf
 import numpy as np
 import pytest
 
 from dasllama.core.mtmd.mmproj import Mmproj, MmprojError
-from dasllama.core.mtmd.preprocess import gemma3_input
-from dasllama.core.mtmd.siglip import Gemma3Tower
+from PIL import Image
+
+from dasllama.core.mtmd import preprocess
+from dasllama.core.mtmd.preprocess import gemma3_input, idefics3_tiles, qwen2vl_input
+from dasllama.core.mtmd.qwen2vl import Qwen2VLTower
+from dasllama.core.mtmd.siglip import Gemma3Tower, Idefics3Tower
 from dasllama.core.tools.ref_mtmd import mtmd_embeddings
 from dasllama.formats.image import ImageError, open_rgb
-from dasllama.kernels.vision import avg_pool_tokens, avg_pool_tokens_ref, rms_norm_rows, rms_norm_rows_ref
+from dasllama.kernels.vision import (avg_pool_tokens, avg_pool_tokens_ref, bias_gelu_quick, bias_gelu_quick_ref,
+                                    rms_norm_rows, rms_norm_rows_ref)
 from tests import assets, mtmd_pairs
 
 # libmtmd runs flash attention with f16 K/V and ggml's f16 GELU table; we keep both in f32.
@@ -18,9 +23,26 @@ from tests import assets, mtmd_pairs
 MAX_REL_ERR = 2e-3
 
 
+# idefics3, the same kernels and the same two differences: measured 5.5e-4 on test-1.jpeg (2 x 2
+# tiles + overview) and 5.4e-4 on its tall strip (llama.cpp 0c1e570); Pillow's own resize (see
+# preprocess) gave 3.3e-3 on the strip, a bicubic one 2.8e-2 on the whole image.
+IDEFICS3_MAX_REL_ERR = 2e-3
+
+
+# qwen2vl's tower, the same kernels and libmtmd's same f16 K/V and f16 GELU tables: measured
+# 4.7e-4 on test-1.jpeg and 7.4e-4 on a 50 x 40 image scaled up to its minimum of 8 tokens
+# (llama.cpp 0c1e570); without the 2D rotary embedding it is 1.2e-1.
+QWEN2VL_MAX_REL_ERR = 2e-3
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "gemma3", "tiny")
+
+
+@pytest.fixture(scope="module")
+def idefics3_pair(tmp_path_factory):
+    return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "idefics3", "tiny")
 
 
 def test_tower_embeddings_match_libmtmd(pair, tmp_path):
@@ -33,6 +55,69 @@ def test_tower_embeddings_match_libmtmd(pair, tmp_path):
     assert ours.shape == ref.shape == (mm.hparams.n_tokens, mm.hparams.n_embd_text)
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
     assert rel < MAX_REL_ERR, f"relative error {rel:.2e} against libmtmd"
+
+
+@pytest.mark.parametrize("crop", [None, (0, 0, 201, 488)], ids=["wide-2x2", "tall-strip-1x2"])
+def test_idefics3_tower_embeddings_match_libmtmd(idefics3_pair, tmp_path, crop):
+    """Every tile and the overview, in mtmd's chunk order (tiles row by row, then the overview);
+    the tall strip takes the other branch of the longest-edge resize and shrinks both ways,
+    where Pillow and mtmd's resampler part."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    model, mmproj = idefics3_pair
+    img = open_rgb(assets.or_skip(assets.mtmd_media, "test-1.jpeg"))
+    img = img.crop(crop) if crop else img
+    mm = Mmproj(mmproj)
+    cut = idefics3_tiles(img, mm.hparams)
+    tower = Idefics3Tower(mm, 2)
+    ours = np.concatenate([tower.encode(t) for t in [*cut.tiles, cut.overview]])
+    ref, _ = mtmd_embeddings(model, mmproj, np.asarray(img), 2, tmp_path)
+    assert (cut.grid_x, cut.grid_y) == ((1, 2) if crop else (2, 2))
+    assert ours.shape == ref.shape == ((cut.grid_x * cut.grid_y + 1) * mm.hparams.n_tokens, mm.hparams.n_embd_text)
+    rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
+    assert rel < IDEFICS3_MAX_REL_ERR, f"relative error {rel:.2e} against libmtmd"
+
+
+@pytest.mark.parametrize("size, n_tokens", [(None, 99), ((50, 40), 12)], ids=["test-1.jpeg", "small-50x40"])
+def test_qwen2vl_tower_embeddings_match_libmtmd(tmp_path_factory, tmp_path, size, n_tokens):
+    """mtmd's sizing (sides to whole 2 x 2 merges of 28 px patches, at least 8 tokens), the
+    bicubic letterbox, the two-frame patch conv, 2D M-RoPE and the merger."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    model, mmproj = mtmd_pairs.write_pair(tmp_path_factory.getbasetemp() / "qwen2vl", "qwen2vl", "tiny")
+    img = open_rgb(assets.or_skip(assets.mtmd_media, "test-1.jpeg"))
+    img = img.resize(size) if size else img
+    mm = Mmproj(mmproj)
+    ours = Qwen2VLTower(mm, 2).encode(qwen2vl_input(img, mm.hparams))
+    ref, _ = mtmd_embeddings(model, mmproj, np.asarray(img), 2, tmp_path)
+    assert ours.shape == ref.shape == (n_tokens, mm.hparams.n_embd_text)
+    rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
+    assert rel < QWEN2VL_MAX_REL_ERR, f"relative error {rel:.2e} against libmtmd"
+
+
+def test_gelu_quick_kernel_matches_reference():
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.0, 4.0, (8, 40)).astype(np.float32)
+    bias = rng.normal(0.0, 0.5, 40).astype(np.float32)
+    ref = bias_gelu_quick_ref(x, bias)
+    bias_gelu_quick(x, bias)
+    np.testing.assert_allclose(x, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [(97, 64), (900, 700)], ids=["shrink", "grow"])
+@pytest.mark.parametrize("name, kernel, support, pillow", [
+    ("bilinear", preprocess._bilinear_filter, 1.0, Image.BILINEAR),
+    ("bicubic", preprocess._bicubic_filter, 2.0, Image.BICUBIC),
+    ("lanczos", preprocess._lanczos_filter, 3.0, Image.LANCZOS)])
+def test_resample_is_pillows_where_pillow_filters_rows_first(size, name, kernel, support, pillow):
+    """Weights, fixed point and rounding as Pillow's, on a wide image (Pillow filters its rows
+    first there, as mtmd always does): every pixel equal."""
+    pixels = np.random.default_rng(0).integers(0, 256, (120, 160, 3), dtype=np.uint8)
+    ours = preprocess.resample(pixels, size, kernel, support)
+    np.testing.assert_array_equal(ours, np.asarray(Image.fromarray(pixels).resize(size, pillow)))
+
+
+def test_idefics3_mmproj_without_longest_edge_is_one_sentence(tmp_path, idefics3_pair):
+    with pytest.raises(MmprojError, match="without clip.vision.preproc_image_size"):
+        Mmproj(_mmproj_without(tmp_path, idefics3_pair, drop_key="clip.vision.preproc_image_size"))
 
 
 def test_pool_and_norm_kernels_match_references():
@@ -75,7 +160,7 @@ def test_mmproj_without_projector_type_is_one_sentence(tmp_path, pair):
 
 
 def test_unsupported_projector_names_the_supported_ones(tmp_path, pair):
-    with pytest.raises(MmprojError, match="supports gemma3"):
+    with pytest.raises(MmprojError, match=r"supports gemma3 \(image\), idefics3 \(image\)"):
         Mmproj(_mmproj_without(tmp_path, pair, projector="qwen2vl"))
 
 

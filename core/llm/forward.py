@@ -334,7 +334,7 @@ def _trace(trace, name, layer, y):
 
 
 @per_formats()
-def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, trace, n_threads):
+def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, trace, n_threads, rope):
     """Run T tokens (or T rows of embeddings) at positions pos0.. through the model; write the
     logits of the last n_out.
 
@@ -344,7 +344,9 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
     net: the model (Net); kv: the sequence's KV (kvcache.KV), whose cells this batch takes;
     scratch (Scratch), acts (Acts): n_batch rows each; logits (>= n_out, n_vocab); trace:
     (len(TRACE_NAMES), n_layer, T, width) or empty; n_threads: the thread count, which shapes
-    llama.cpp's split-KV decode attention.
+    llama.cpp's split-KV decode attention; rope: (1, T, 2, n_rot // 2) cos/sin tables that
+    replace the ones of positions pos0.. (M-RoPE: an image's rows turn by their row and column,
+    and the text after it at positions shifted from its cells), or (1, 0, 2, n_rot // 2).
     """
     sh = net.shape
     T = max(tokens.shape[0], embd.shape[0])
@@ -354,7 +356,10 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
     for t in range(T):
         positions[t] = pos0 + t
     cells, cells_swa = place_batch(kv, positions, sh.n_swa)
-    angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base)
+    if rope.shape[1] > 0:
+        angles, layer_tab = rope, np.zeros(sh.n_layer, np.int64)
+    else:
+        angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base)
     if embd.shape[0] > 0:
         _split_cols(embd, x, np.int64(0))
     else:

@@ -126,6 +126,14 @@ class KVCache:
         self.arrays = row(block, index)
         self.n_past = 0
         self.history = []
+        # M-RoPE: an image of nx x ny rows takes nx * ny cells but advances the rotary position
+        # by max(nx, ny); (first cell after it, rotary position minus cell from there on)
+        self.rope_shifts = []
+
+    @property
+    def rope_shift(self):
+        """The rotary position of the next cell minus its index (0 but after M-RoPE images)."""
+        return self.rope_shifts[-1][1] if self.rope_shifts else 0
 
     def reset(self):
         self.forget(0)
@@ -137,3 +145,4 @@ class KVCache:
         forget(kv.pos_swa, kv.heads, WINDOW, n_keep)
         self.n_past = n_keep
         self.history = self.history[:n_keep]
+        self.rope_shifts = [(cell, shift) for cell, shift in self.rope_shifts if cell <= n_keep]

@@ -290,6 +290,7 @@ class Model:
         self._no_trace = np.zeros((0, 0, 0, 0), np.float32)
         self._no_embd = np.zeros((0, hp.n_embd), np.float32)
         self._no_tokens = np.zeros(0, np.int64)
+        self._no_rope = np.zeros((1, 0, 2, hp.n_rot // 2), np.float32)
 
     def new_kv(self):
         """A fresh KV cache of this model's shape; `model.kv = cache` makes eval use it."""
@@ -342,6 +343,8 @@ class Model:
         for cache in caches:
             if cache.block is not caches[0].block or cache.n_past + 1 > self.n_ctx:
                 raise ContextFull(f"a sequence is full at {self.n_ctx} tokens, or not of this block.")
+        if any(cache.rope_shift for cache in caches):
+            raise ValueError("a sequence holds an M-RoPE image; decode it alone with eval.")
         positions = np.array([c.n_past for c in caches], np.int64)
         slots = np.array([c.index for c in caches], np.int64)
         self.step.forward_batch(ids, positions, slots, self.net, caches[0].block, self.scratch, self.acts,
@@ -378,35 +381,70 @@ class Model:
             raise ValueError(f"token id out of range for a vocabulary of {self.n_vocab}.")
         return ids
 
-    def eval_embd(self, embd, causal=True):
+    def eval_embd(self, embd, causal=True, grid=None):
         """Feed rows of input embeddings (T, n_embd) at the current position (an image's, from
         a projector), as llama.cpp's embd batches: not scaled by the family's embedding scale;
         causal=False lets the rows attend to each other both ways (gemma3's images), and then
-        they must fit one batch. Returns the logits of the last row."""
+        they must fit one batch. grid (nx, ny): the rows are an image's, row-major, for an
+        M-RoPE model (qwen2vl), as mtmd places them: row i at (t, y, x) = (p, p + i // nx,
+        p + i % nx), the text after it at p + max(nx, ny). Returns the logits of the last row."""
         embd = np.ascontiguousarray(embd, np.float32)
         if embd.ndim != 2 or embd.shape[1] != self.hparams.n_embd or embd.shape[0] == 0:
             raise ValueError(f"embeddings must be (T, {self.hparams.n_embd}) rows, not {embd.shape}.")
         if not causal and embd.shape[0] > self.n_batch:
             raise ValueError(f"{embd.shape[0]} non-causal rows do not fit one batch of {self.n_batch}: "
                              "raise the batch size.")
+        planes = None
+        if grid is not None:
+            nx, ny = grid
+            if "rope_sections" not in self.hparams.extra or nx * ny != embd.shape[0]:
+                raise ValueError(f"a grid of {nx} x {ny} rows needs an M-RoPE model and as many rows, "
+                                 f"not {embd.shape[0]}.")
+            p = self.n_past + self.kv.rope_shift
+            i = np.arange(embd.shape[0])
+            planes = np.stack([np.full_like(i, p), p + i // nx, p + i % nx, np.zeros_like(i)])
         self.check_fits(embd.shape[0])
         for start in range(0, embd.shape[0], self.n_batch):
-            self._forward(self._no_tokens, 1, self._no_trace, embd[start:start + self.n_batch], causal)
+            self._forward(self._no_tokens, 1, self._no_trace, embd[start:start + self.n_batch], causal,
+                          None if planes is None else planes[:, start:start + self.n_batch])
         self.history.extend([-1] * embd.shape[0])
+        if grid is not None:
+            self.kv.rope_shifts.append((self.n_past, self.kv.rope_shift + max(grid) - embd.shape[0]))
         return self.logits[0].copy()
 
-    def _forward(self, chunk, n_out, trace, embd=None, causal=True):
+    def _mrope(self, planes):
+        """(1, T, 2, n_rot / 2) cos/sin tables of M-RoPE for position planes (4, T) (t, y, x, e):
+        each rotated pair turns by the plane of its section, as ggml_rope_multi's M-RoPE mode;
+        each plane's angles are those of plain RoPE at its positions."""
+        hp = self.hparams
+        half = hp.n_rot // 2
+        sections = hp.extra["rope_sections"]
+        plane_of = np.searchsorted(np.cumsum(sections), np.arange(half) % sum(sections), side="right")
+        out = np.empty((1, planes.shape[1], 2, half), np.float32)
+        tab = np.empty((planes.shape[1], 2, half), np.float32)
+        for j in np.unique(plane_of):
+            ops.rope_angles(np.ascontiguousarray(planes[j], np.int64), hp.n_rot, hp.freq_base, tab)
+            out[0][:, :, plane_of == j] = tab[:, :, plane_of == j]
+        return out
+
+    def _forward(self, chunk, n_out, trace, embd=None, causal=True, planes=None):
         first = self.n_past == 0 and not self.history
         embd = self._no_embd if embd is None else embd
         if self._first_compile is not None:
             self._first_compile.finish()
             self._first_compile = None
+        rope = self._no_rope
+        if planes is None and self.kv.rope_shift:     # text after an M-RoPE image: shifted positions
+            pos = self.n_past + self.kv.rope_shift + np.arange(max(chunk.size, embd.shape[0]))
+            planes = np.stack([pos] * 4)
+        if planes is not None:
+            rope = self._mrope(planes)
         one = max(chunk.size, embd.shape[0]) == 1
         lanes = self.lanes.pick() if one else self.n_threads
         numba.set_num_threads(lanes)
         t0 = time.perf_counter()
         self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch,
-                          self.acts, n_out, self.logits, trace, self.n_threads)
+                          self.acts, n_out, self.logits, trace, self.n_threads, rope)
         if one:
             if self._stepped:     # not the call that compiled (or loaded) the step
                 self.lanes.record(lanes, time.perf_counter() - t0)

@@ -10,9 +10,11 @@ from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels.quants import F16, F32
 
 # projector type -> the medium its tower takes
-SUPPORTED = {"gemma3": "image", "qwen2a": "audio", "ultravox": "audio"}
+SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2vl_merger": "image", "qwen2a": "audio",
+             "ultravox": "audio"}
 # the text families each projector's splice is made for (its markers, its non-causal media span)
-TEXT_FAMILIES = {"gemma3": ("gemma3",), "qwen2a": ("qwen2",), "ultravox": ("llama",)}
+TEXT_FAMILIES = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2vl_merger": ("qwen2vl",),
+                 "qwen2a": ("qwen2",), "ultravox": ("llama",)}
 
 
 class MmprojError(ValueError):
@@ -32,8 +34,10 @@ class VisionHParams:
     eps: float            # layer norm epsilon (also the gemma3 projector's RMS norm)
     image_mean: tuple
     image_std: tuple
-    n_merge: int          # gemma3: the avg-pool kernel, 4 unless the file says otherwise
+    n_merge: int          # gemma3: the avg-pool kernel, 4 unless the file says otherwise;
+                          # idefics3: the pixel shuffle's factor per side
     n_embd_text: int      # the projector's output width: the text model's n_embd
+    longest_edge: int = 0 # idefics3: the image's longest side before it is cut into tiles
 
     @property
     def n_patches_side(self):
@@ -41,7 +45,7 @@ class VisionHParams:
 
     @property
     def n_tokens(self):
-        """Image tokens the projector gives per image."""
+        """Image tokens the projector gives per image (idefics3: per tile)."""
         return (self.n_patches_side // self.n_merge) ** 2
 
 
@@ -171,8 +175,22 @@ def _audio_hparams(f, path, projector, need):
     return hp
 
 
+def _n_merge(f, projector, need):
+    """gemma3's pool (4 unless written), qwen2vl's merge (2 unless written), idefics3's shuffle."""
+    v = Keys.ClipVision
+    if projector == "gemma3":
+        return int(f.get(v.Projector.SCALE_FACTOR, 4))
+    if projector == "qwen2vl_merger":
+        return int(f.get(v.SPATIAL_MERGE_SIZE, 2))
+    return int(need(v.Projector.SCALE_FACTOR))
+
+
 def _vision_hparams(f, path, projector, need):
     v, a = Keys.ClipVision, Keys.ClipVision.Attention
+    if projector == "idefics3" and v.PREPROC_IMAGE_SIZE not in f.metadata:
+        # llama.cpp slices such older files another way (llava-uhd's), which dasllama does not copy
+        raise MmprojError(f"{path} is an idefics3 mmproj without {v.PREPROC_IMAGE_SIZE} (the image's "
+                          "longest edge), from an older converter: re-convert it with a current llama.cpp.")
     hp = VisionHParams(
         projector=projector, n_embd=int(need(v.EMBEDDING_LENGTH)), n_ff=int(need(v.FEED_FORWARD_LENGTH)),
         n_layer=int(need(v.BLOCK_COUNT)), n_head=int(need(a.HEAD_COUNT)),
@@ -180,9 +198,10 @@ def _vision_hparams(f, path, projector, need):
         eps=float(need(a.LAYERNORM_EPS)),
         image_mean=tuple(float(x) for x in need(v.IMAGE_MEAN)),
         image_std=tuple(float(x) for x in need(v.IMAGE_STD)),
-        n_merge=int(f.get(v.Projector.SCALE_FACTOR, 4)),
-        n_embd_text=int(need(v.PROJECTION_DIM)))
-    if hp.n_patches_side % hp.n_merge or hp.n_embd % hp.n_head:
+        n_merge=_n_merge(f, projector, need),
+        n_embd_text=int(need(v.PROJECTION_DIM)),
+        longest_edge=int(need(v.PREPROC_IMAGE_SIZE)) if projector == "idefics3" else 0)
+    if hp.n_merge < 1 or hp.n_patches_side % hp.n_merge or hp.n_embd % hp.n_head:
         raise MmprojError(f"{path}: {hp.n_patches_side} patches a side do not pool by {hp.n_merge}, "
                           f"or {hp.n_embd} wide does not split into {hp.n_head} heads.")
     return hp

@@ -1,7 +1,8 @@
-"""The SigLIP vision tower and the gemma3 projector (llama.cpp's tools/mtmd/models/siglip.cpp):
-patch conv + learned positions, pre-norm ViT blocks (layer norm, non-causal attention, GELU
-MLP), a final layer norm; then a k x k average pool of the patch grid, an RMS norm and the
-input projection to the text model's width.
+"""The SigLIP vision tower and its gemma3 and idefics3 projectors (llama.cpp's
+tools/mtmd/models/siglip.cpp): patch conv + learned positions, pre-norm ViT blocks (layer norm,
+non-causal attention, GELU MLP), a final layer norm; then for gemma3 a k x k average pool of the
+patch grid, an RMS norm and the input projection to the text model's width, for idefics3
+(SmolVLM) a k x k pixel shuffle and one linear map.
 
 Every weight product runs on dasllama's matmul kernels in the file's type (F16 or F32), so x
 is rounded as ggml rounds it; the attention products are float32 BLAS tiles on a thread pool,
@@ -108,8 +109,9 @@ class PreNormTower:
         return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
 
 
-class Gemma3Tower(PreNormTower):
-    """SigLIP + the gemma3 projector from an open Mmproj: `encode(image) -> (n_tokens, n_embd_text)`."""
+class SiglipTower(PreNormTower):
+    """The SigLIP ViT from an open Mmproj, its projector loaded by the subclass (`_load_projector`):
+    `_vit(image)` gives the post-norm patch states (n_patches, n_embd) of one square image."""
 
     def __init__(self, mm, n_threads=None):
         hp = self.hparams = mm.hparams
@@ -119,25 +121,57 @@ class Gemma3Tower(PreNormTower):
         self.pos = mm.f32("v.position_embd.weight")               # (n_patches, n_embd)
         self.layers = [Layer(mm, f"v.blk.{il}.") for il in range(hp.n_layer)]
         self.post_ln = mm.f32("v.post_ln.weight"), mm.f32("v.post_ln.bias")
-        self.soft_emb_norm = mm.f32("mm.soft_emb_norm.weight")
-        qt, proj = mm.matrix("mm.input_projection.weight")        # (n_embd, n_embd_text)
-        self.proj = Weight(qt, np.ascontiguousarray(proj.T))       # ggml multiplies its transpose
+        self._load_projector(mm)
         self.n_threads = n_threads or 1
         self.pool = ThreadPoolExecutor(self.n_threads)
         share_out([self, *self.layers], self.pool)
 
-    def encode(self, image):
-        """float32 (3, S, S) from preprocess.gemma3_input -> image embeddings (n_tokens, n_embd_text)."""
+    def _vit(self, image):                                        # (3, S, S) -> (n_patches, n_embd)
         hp = self.hparams
         with threadpool_limits(1):        # BLAS runs single-threaded inside the pool's tiles
             x = self.patch(patch_rows(image, hp.patch_size))
             x += self.pos
             for layer in self.layers:
                 x = self._block(layer, x)
-            x = self._layer_norm(x, *self.post_ln)
+            return self._layer_norm(x, *self.post_ln)
+
+
+class Gemma3Tower(SiglipTower):
+    """SigLIP + the gemma3 projector: `encode(image) -> (n_tokens, n_embd_text)`."""
+
+    def _load_projector(self, mm):
+        self.soft_emb_norm = mm.f32("mm.soft_emb_norm.weight")
+        qt, proj = mm.matrix("mm.input_projection.weight")        # (n_embd, n_embd_text)
+        self.proj = Weight(qt, np.ascontiguousarray(proj.T))       # ggml multiplies its transpose
+
+    def encode(self, image):
+        """float32 (3, S, S) from preprocess.gemma3_input -> image embeddings (n_tokens, n_embd_text)."""
+        hp = self.hparams
+        x = self._vit(image)
         side, k = hp.n_patches_side, hp.n_merge
         pooled = np.empty(((side // k) ** 2, hp.n_embd), np.float32)
         avg_pool_tokens(x, side, k, pooled)
         normed = np.empty_like(pooled)
         rms_norm_rows(pooled, self.soft_emb_norm, hp.eps, normed)
         return self.proj(normed)
+
+
+class Idefics3Tower(SiglipTower):
+    """SigLIP + the idefics3 (SmolVLM) projector, a pixel shuffle then one linear map:
+    `encode(tile) -> (n_tokens, n_embd_text)` for each tile of preprocess.idefics3_tiles."""
+
+    def _load_projector(self, mm):
+        self.fc = Weight(*mm.matrix("mm.model.fc.weight"))        # (n_embd_text, n_embd * k * k)
+
+    def encode(self, image):
+        hp = self.hparams
+        return self.fc(pixel_shuffle(self._vit(image), hp.n_patches_side, hp.n_merge))
+
+
+def pixel_shuffle(x, side, k):
+    """(side * side, n) patch states, row-major -> (side/k * side/k, k * k * n): each k x k block
+    of patches becomes one row, ordered as ggml's build_patch_merge_permute leaves it (block
+    rows then block columns; within a row, the block's patch rows, then its patch columns)."""
+    n = x.shape[1]
+    blocks = x.reshape(side // k, k, side // k, k, n).transpose(0, 2, 1, 3, 4)
+    return np.ascontiguousarray(blocks).reshape((side // k) ** 2, k * k * n)

@@ -2,7 +2,11 @@
 per item put in front when it has none) through the chat template, each marker replaced by the
 projector's begin marker, the item's embeddings, its end marker (gemma3 images:
 <start_of_image> ... <end_of_image>, non-causal among themselves; qwen2a audio: <|audio_bos|> ...
-<|audio_eos|>; ultravox audio: none); then sampled tokens."""
+<|audio_eos|>; ultravox audio: none; idefics3 images: a tile's embeddings after
+<fake_token_around_image><row_R_col_C>, rows apart by a newline token, then a double-newline
+token, <fake_token_around_image><global-img>, the overview's, <fake_token_around_image>; qwen2vl
+images: <|vision_start|> ... <|vision_end|>, the rows at M-RoPE positions by row and column);
+then sampled tokens."""
 import codecs
 import time
 from dataclasses import dataclass, field
@@ -15,15 +19,29 @@ from dasllama.core.llm.sampling import Sampler, SamplerParams
 
 from .audio_mel import mel_windows
 from .mmproj import TEXT_FAMILIES, Mmproj, MmprojError
-from .preprocess import gemma3_input
-from .siglip import Gemma3Tower
+from .preprocess import gemma3_input, idefics3_tiles, qwen2vl_input
+from .qwen2vl import Qwen2VLTower
+from .siglip import Gemma3Tower, Idefics3Tower
 from .whisper_enc import AudioTower
 
 MARKER = "<__media__>"                       # mtmd_default_marker()
 # mtmd.cpp's begin / end markers around a projector's embeddings
 MARKERS = {"gemma3": ("<start_of_image>", "<end_of_image>"), "qwen2a": ("<|audio_bos|>", "<|audio_eos|>"),
-           "ultravox": ("", "")}
+           "ultravox": ("", ""), "idefics3": ("", ""), "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>")}
+IDEFICS3_TILE = "<fake_token_around_image><row_{}_col_{}>"   # before each tile, tokenized
+# looked up as whole tokens by their text, as mtmd's lookup_token does
+IDEFICS3_ROW_END = ("\n",)
+IDEFICS3_OVERVIEW = (("\n\n", "<fake_token_around_image>", "<global-img>"), ("<fake_token_around_image>",))
 NON_CAUSAL = {"gemma3"}                      # mtmd_decode_use_non_causal
+
+
+@dataclass(frozen=True)
+class Grid:
+    """An image's embeddings (nx * ny, n_embd), row-major over its nx x ny grid: an M-RoPE
+    text model places each row by its row and column (qwen2vl)."""
+    embd: object
+    nx: int
+    ny: int
 
 
 @dataclass(frozen=True)
@@ -59,7 +77,12 @@ class Vision:
         if not hasattr(model, "eval_embd"):
             raise MmprojError("this dasllama's language model cannot take embeddings as input yet.")
         self.mm, self.hparams = mm, mm.vision
-        self.tower = Gemma3Tower(mm, n_threads) if mm.vision else None
+        self.tokenizer = model.tokenizer
+        towers = {"gemma3": Gemma3Tower, "idefics3": Idefics3Tower, "qwen2vl_merger": Qwen2VLTower}
+        self.tower = towers[mm.vision.projector](mm, n_threads) if mm.vision else None
+        if mm.vision and mm.vision.projector == "idefics3":   # looked up now: a vocab without them fails here
+            self.idefics3_ids = [_lookup(model.tokenizer, texts)
+                                 for texts in (IDEFICS3_ROW_END, *IDEFICS3_OVERVIEW)]
         self.audio_tower = AudioTower(mm, n_threads) if mm.audio else None
 
     def check(self, n_images, n_audio):
@@ -75,12 +98,49 @@ class Vision:
         return (self.mm.audio if isinstance(item, Audio) else self.mm.vision).projector
 
     def encode(self, item):
-        """A Pillow RGB image or an Audio clip -> (n_tokens, n_embd) embeddings; a clip's 30 s
-        windows one after another, as mtmd concatenates them."""
+        """A Pillow RGB image or an Audio clip -> what goes in the prompt at its marker: a list of
+        (n_tokens, n_embd) embeddings (a Grid for qwen2vl) and token id lists, in order. A
+        clip's 30 s windows are one after another, as mtmd concatenates them; an idefics3 image
+        is its tiles and their tokens."""
         if isinstance(item, Audio):
             windows = mel_windows(item.samples, self.mm.audio.n_mel)
-            return np.concatenate([self.audio_tower.encode(w) for w in windows])
-        return self.tower.encode(gemma3_input(item, self.hparams))
+            return [np.concatenate([self.audio_tower.encode(w) for w in windows])]
+        if self.hparams.projector == "idefics3":
+            return self._idefics3_parts(item)
+        if self.hparams.projector == "qwen2vl_merger":
+            image = qwen2vl_input(item, self.hparams)
+            side = self.hparams.patch_size * self.hparams.n_merge
+            return [Grid(self.tower.encode(image), image.shape[2] // side, image.shape[1] // side)]
+        return [self.tower.encode(gemma3_input(item, self.hparams))]
+
+    def _idefics3_parts(self, img):
+        """mtmd's layout for an idefics3 image: tiles row by row, each after its row/col tokens,
+        a newline token between rows, then the overview between its tokens."""
+        cut = idefics3_tiles(img, self.hparams)
+        row_end, before, after = self.idefics3_ids
+        parts = []
+        for y in range(cut.grid_y):
+            for x in range(cut.grid_x):
+                parts.append(self.tokenizer.encode(IDEFICS3_TILE.format(y + 1, x + 1), add_special=False,
+                                                   parse_special=True))
+                parts.append(self.tower.encode(cut.tiles[y * cut.grid_x + x]))
+            if y != cut.grid_y - 1:
+                parts.append(row_end)
+        return parts + [before, self.tower.encode(cut.overview), after]
+
+
+def _lookup(tok, texts):
+    """The first token whose text (specials rendered) is each of `texts`, as mtmd's lookup_token."""
+    found = {t.encode(): None for t in texts}
+    for i in range(tok.n_vocab):
+        piece = tok.token_to_piece(i, special=True)
+        if piece in found and found[piece] is None:
+            found[piece] = i
+    missing = [t for t in texts if found[t.encode()] is None]
+    if missing:
+        raise MmprojError(f"the model's vocab has no token {missing[0]!r}, which mtmd puts around idefics3 "
+                          "images: pass the SmolVLM text model that mmproj was made for.")
+    return [found[t.encode()] for t in texts]
 
 
 def turn_pieces(model, prompt, n_images, template=None, system=None, projectors=None):
@@ -127,8 +187,14 @@ def image_turn(model, vision, images, prompt, n_predict=-1, params=SamplerParams
         if ids:
             logits = model.eval(ids)
             history += ids
-        if i < len(embds):
-            logits = model.eval_embd(embds[i], causal=projectors[i] not in NON_CAUSAL)
+        for part in embds[i] if i < len(embds) else ():
+            if isinstance(part, Grid):
+                logits = model.eval_embd(part.embd, grid=(part.nx, part.ny))
+            elif isinstance(part, np.ndarray):
+                logits = model.eval_embd(part, causal=projectors[i] not in NON_CAUSAL)
+            else:
+                logits = model.eval(part)
+                history += part
     timings.prompt_s = time.perf_counter() - t0
     sampler = Sampler(params)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..llm.sampling import SamplerParams
-from ..mtmd.turn import Audio, image_turn
+from ..mtmd.turn import Audio, Grid, image_turn
 from .ref_mtmd import mtmd_cli_text, mtmd_embeddings
 
 # libmtmd runs flash attention with f16 K/V and ggml's f16 GELU table where we keep f32: the
@@ -60,6 +60,13 @@ def compare(kind, path, ours, ref):
     return check
 
 
+def embeddings_of(parts):
+    """An item's embeddings in the prompt's order, as libmtmd's chunks give them: Vision.encode's
+    arrays (a Grid's rows) without the token ids between them (idefics3's tile markers)."""
+    arrays = [part.embd if isinstance(part, Grid) else part for part in parts if not isinstance(part, list)]
+    return np.concatenate(arrays)
+
+
 def verify_turn(model, vision, mmproj_path, media, prompt, n_predict, n_threads, workdir):
     """media: [(path, Pillow RGB image or Audio)] as media.load_media decoded them, in the
     prompt's order. Each tower is fed the same pixels or samples on both sides (so the JPEG
@@ -69,7 +76,7 @@ def verify_turn(model, vision, mmproj_path, media, prompt, n_predict, n_threads,
         audio = isinstance(item, Audio)
         given = np.asarray(item.samples, np.float32) if audio else np.asarray(item)
         ref, _ = mtmd_embeddings(model.path, mmproj_path, given, n_threads, workdir)
-        checks.append(compare("audio" if audio else "image", path, vision.encode(item), ref))
+        checks.append(compare("audio" if audio else "image", path, embeddings_of(vision.encode(item)), ref))
     ours = "".join(t.text for t in image_turn(model, vision, [item for _, item in media], prompt, n_predict,
                                               SamplerParams(temp=0.0)))
     # llama-mtmd-cli's --image takes audio files too (it reads the kind from the file), in order

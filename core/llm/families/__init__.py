@@ -1,8 +1,8 @@
 """Model families, picked by the GGUF `general.architecture` through a small registry."""
-from . import gemma2, gemma3, llama, phi3, qwen2, qwen3
+from . import gemma2, gemma3, llama, phi3, qwen2, qwen2vl, qwen3
 from .base import UnsupportedModel
 
-FAMILIES = {m.ARCH: m for m in (llama, qwen2, qwen3, gemma2, gemma3, phi3)}
+FAMILIES = {m.ARCH: m for m in (llama, qwen2, qwen2vl, qwen3, gemma2, gemma3, phi3)}
 ALIASES = {alias: m for m in FAMILIES.values() for alias in m.ALIASES}
 
 
