@@ -151,11 +151,7 @@ def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
     model = gguf_factory.write_model(outdir, "gemma3", "F32", n_embd=tower.text_embd,
                                      n_layer=tower.text_layers, n_head=n_head, n_head_kv=1,
                                      n_ff=2 * tower.text_embd, seed=seed, vocab_from=vocab)
-    mmproj = outdir / f"mmproj-{projector}-{size}-{wtype}-s{seed}.gguf"
-    if not mmproj.exists():
-        tmp = mmproj.with_suffix(".part")
-        _write_gemma3_mmproj(tmp, tower, seed, wtype)
-        tmp.rename(mmproj)
+    mmproj = _once(outdir / f"mmproj-{projector}-{size}-{wtype}-s{seed}.gguf", _write_gemma3_mmproj, tower, seed, wtype)
     return model, mmproj
 
 
@@ -192,11 +188,7 @@ def _write_idefics3_pair(outdir, size, seed, wtype):
     model = gguf_factory.write_model(outdir, "llama", "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
                                      n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
                                      vocab_from=vocab)
-    mmproj = outdir / f"mmproj-idefics3-{size}-{wtype}-s{seed}.gguf"
-    if not mmproj.exists():
-        tmp = mmproj.with_suffix(".part")
-        _write_idefics3_mmproj(tmp, tower, scale, longest_edge, seed, wtype)
-        tmp.rename(mmproj)
+    mmproj = _once(outdir / f"mmproj-idefics3-{size}-{wtype}-s{seed}.gguf", _write_idefics3_mmproj, tower, scale, longest_edge, seed, wtype)
     return model, mmproj
 
 
@@ -204,14 +196,7 @@ def _write_idefics3_mmproj(path, tower, scale, longest_edge, seed, wtype):
     """As SmolVLMModel writes it: MmprojModel's vision keys, the projector type, layer norm
     epsilon, the pixel shuffle factor, GELU, and the preprocessor's longest edge."""
     writer = _mmproj_writer(path, "idefics3", tower, wtype)
-    writer.add_clip_has_vision_encoder(True)
-    writer.add_vision_projection_dim(tower.text_embd)
-    writer.add_vision_image_size(tower.image_size)
-    writer.add_vision_patch_size(tower.patch_size)
-    writer.add_vision_embedding_length(tower.n_embd)
-    writer.add_vision_feed_forward_length(tower.n_ff)
-    writer.add_vision_block_count(tower.n_layer)
-    writer.add_vision_head_count(tower.n_head)
+    _vision_keys(writer, tower)
     writer.add_vision_image_mean([0.5, 0.5, 0.5])   # SmolVLM's preprocessor_config.json
     writer.add_vision_image_std([0.5, 0.5, 0.5])
     writer.add_clip_projector_type(gguf.VisionProjectorType.IDEFICS3)
@@ -219,16 +204,7 @@ def _write_idefics3_mmproj(path, tower, scale, longest_edge, seed, wtype):
     writer.add_vision_projector_scale_factor(scale)
     writer.add_vision_use_gelu(True)
     writer.add_vision_preproc_image_size(longest_edge)
-    rng = np.random.default_rng(seed + 1)
-    for name, shape, kind in _siglip_tensors(tower, "idefics3", scale):
-        data = _random(rng, name, shape)
-        if kind == "matrix" and wtype == "F16":
-            data = data.astype(np.float16)
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_tensors(writer, _siglip_tensors(tower, "idefics3", scale), seed, wtype)
 
 
 def _write_qwen2vl_pair(outdir, size, seed, wtype):
@@ -240,11 +216,7 @@ def _write_qwen2vl_pair(outdir, size, seed, wtype):
     model = gguf_factory.write_model(outdir, "qwen2vl", "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
                                      n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
                                      vocab_from=vocab)
-    mmproj = outdir / f"mmproj-qwen2vl-{size}-{wtype}-s{seed}.gguf"
-    if not mmproj.exists():
-        tmp = mmproj.with_suffix(".part")
-        _write_qwen2vl_mmproj(tmp, tower, seed, wtype)
-        tmp.rename(mmproj)
+    mmproj = _once(outdir / f"mmproj-qwen2vl-{size}-{wtype}-s{seed}.gguf", _write_qwen2vl_mmproj, tower, seed, wtype)
     return model, mmproj
 
 
@@ -253,28 +225,12 @@ def _write_qwen2vl_mmproj(path, tower, seed, wtype):
     layer norm epsilon (rms_norm_eps); the conv3d patch kernel split into its two frames, the
     fused qkv into q, k, v."""
     writer = _mmproj_writer(path, "qwen2vl", tower, wtype)
-    writer.add_clip_has_vision_encoder(True)
-    writer.add_vision_projection_dim(tower.text_embd)
-    writer.add_vision_image_size(tower.image_size)
-    writer.add_vision_patch_size(tower.patch_size)
-    writer.add_vision_embedding_length(tower.n_embd)
-    writer.add_vision_feed_forward_length(tower.n_ff)
-    writer.add_vision_block_count(tower.n_layer)
-    writer.add_vision_head_count(tower.n_head)
+    _vision_keys(writer, tower)
     writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])   # Qwen2-VL's (CLIP's)
     writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
     writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN2VL)
     writer.add_vision_attention_layernorm_eps(1e-6)
-    rng = np.random.default_rng(seed + 1)
-    for name, shape, kind in _qwen2vl_tensors(tower):
-        data = _random(rng, name, shape)
-        if kind == "matrix" and wtype == "F16":
-            data = data.astype(np.float16)
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_tensors(writer, _qwen2vl_tensors(tower), seed, wtype)
 
 
 def _qwen2vl_tensors(tower):
@@ -302,6 +258,42 @@ def _qwen2vl_tensors(tower):
     yield name(T.V_MMPROJ, 2, "bias"), (tower.text_embd,), "vector"
 
 
+def _once(mmproj, write, *args):
+    """mmproj, written by write(path, *args) through a .part file unless it exists already."""
+    if not mmproj.exists():
+        tmp = mmproj.with_suffix(".part")
+        write(tmp, *args)
+        tmp.rename(mmproj)
+    return mmproj
+
+
+def _vision_keys(writer, tower):
+    """MmprojModel's vision keys, which every vision mmproj the converter writes carries."""
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_vision_projection_dim(tower.text_embd)
+    writer.add_vision_image_size(tower.image_size)
+    writer.add_vision_patch_size(tower.patch_size)
+    writer.add_vision_embedding_length(tower.n_embd)
+    writer.add_vision_feed_forward_length(tower.n_ff)
+    writer.add_vision_block_count(tower.n_layer)
+    writer.add_vision_head_count(tower.n_head)
+
+
+def _write_tensors(writer, tensors, seed, wtype):
+    """Random tensors for (name, numpy shape, kind) rows: matrices in wtype, conv weights F16
+    (the converter forces them), the rest F32; then the file, closed."""
+    rng = np.random.default_rng(seed + 1)
+    for name, shape, kind in tensors:
+        data = _random(rng, name, shape)
+        if kind == "conv" or (kind == "matrix" and wtype == "F16"):
+            data = data.astype(np.float16)
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def _mmproj_writer(path, projector, tower, wtype):
     """A GGUFWriter with the keys every mmproj the converter writes starts with."""
     writer = gguf.GGUFWriter(str(path), "clip")
@@ -313,14 +305,7 @@ def _mmproj_writer(path, projector, tower, wtype):
 
 def _write_gemma3_mmproj(path, tower, seed, wtype):
     writer = _mmproj_writer(path, "gemma3", tower, wtype)
-    writer.add_clip_has_vision_encoder(True)
-    writer.add_vision_projection_dim(tower.text_embd)
-    writer.add_vision_image_size(tower.image_size)
-    writer.add_vision_patch_size(tower.patch_size)
-    writer.add_vision_embedding_length(tower.n_embd)
-    writer.add_vision_feed_forward_length(tower.n_ff)
-    writer.add_vision_block_count(tower.n_layer)
-    writer.add_vision_head_count(tower.n_head)
+    _vision_keys(writer, tower)
     writer.add_vision_image_mean([0.5, 0.5, 0.5])   # Gemma 3's preprocessor_config.json
     writer.add_vision_image_std([0.5, 0.5, 0.5])
     writer.add_clip_projector_type(gguf.VisionProjectorType.GEMMA3)
@@ -328,16 +313,7 @@ def _write_gemma3_mmproj(path, tower, seed, wtype):
     writer.add_vision_use_gelu(True)
     # the converter writes the pooling factor only when it is not Gemma 3's 4
 
-    rng = np.random.default_rng(seed + 1)
-    for name, shape, kind in _siglip_tensors(tower):
-        data = _random(rng, name, shape)
-        if kind == "matrix" and wtype == "F16":
-            data = data.astype(np.float16)
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_tensors(writer, _siglip_tensors(tower), seed, wtype)
 
 
 def _siglip_tensors(tower, projector="gemma3", scale=None):
@@ -380,11 +356,7 @@ def _write_audio_pair(outdir, projector, tower, size, seed, wtype):
     model = gguf_factory.write_model(outdir, arch, "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
                                      n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
                                      vocab_from=vocab)
-    mmproj = outdir / f"mmproj-{projector}-{size}-{wtype}-s{seed}.gguf"
-    if not mmproj.exists():
-        tmp = mmproj.with_suffix(".part")
-        _write_audio_mmproj(tmp, projector, tower, seed, wtype)
-        tmp.rename(mmproj)
+    mmproj = _once(outdir / f"mmproj-{projector}-{size}-{wtype}-s{seed}.gguf", _write_audio_mmproj, projector, tower, seed, wtype)
     return model, mmproj
 
 
@@ -404,16 +376,7 @@ def _write_audio_mmproj(path, projector, tower, seed, wtype):
     writer.add_audio_attention_layernorm_eps(1e-5)
     if projector == "ultravox":
         writer.add_audio_stack_factor(ULTRAVOX_STACK)
-    rng = np.random.default_rng(seed + 1)
-    for name, shape, kind in _audio_tensors(projector, tower):
-        data = _random(rng, name, shape)
-        if kind == "conv" or (kind == "matrix" and wtype == "F16"):
-            data = data.astype(np.float16)
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _write_tensors(writer, _audio_tensors(projector, tower), seed, wtype)
 
 
 def _audio_tensors(projector, tower):

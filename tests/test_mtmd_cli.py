@@ -23,6 +23,15 @@ def idefics3_pair(tmp_path_factory):
     return mtmd_pairs.write_pair(tmp_path_factory.mktemp("mtmd"), "idefics3", "tiny", seed=2)
 
 
+def assert_greedy_as_llama_mtmd_cli(pair, images, prompt, n_predict=24):
+    """Our `mtmd` turn's greedy text is llama-mtmd-cli's on the same pair, images and prompt."""
+    ref, _ = mtmd_cli_text(pair[0], pair[1], images, prompt, n_predict, 2)
+    args = [arg for image in images for arg in ("--image", image)]
+    r = run("-m", pair[0], "--mmproj", pair[1], *args, "-p", prompt, "-n", n_predict, "--temp", 0, "-t", 2)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == ref.strip()
+
+
 def run(*args):
     return CliRunner().invoke(cli, ["mtmd", *map(str, args)])
 
@@ -103,11 +112,7 @@ def test_greedy_tokens_match_llama_mtmd_cli(pair):
     assets.or_skip(assets.llama_mtmd_bin)
     image = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
     prompt = "What is in the picture?"
-    ref, _ = mtmd_cli_text(pair[0], pair[1], [image], prompt, 24, 2)
-    r = run("-m", pair[0], "--mmproj", pair[1], "--image", image, "-p", prompt, "-n", 24,
-            "--temp", 0, "-t", 2)
-    assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == ref.strip()
+    assert_greedy_as_llama_mtmd_cli(pair, [image], prompt)
 
 
 def test_idefics3_greedy_tokens_match_llama_mtmd_cli(idefics3_pair, tmp_path):
@@ -120,11 +125,7 @@ def test_idefics3_greedy_tokens_match_llama_mtmd_cli(idefics3_pair, tmp_path):
     image = tmp_path / "test-1.png"
     Image.open(assets.or_skip(assets.mtmd_media, "test-1.jpeg")).convert("RGB").save(image)
     prompt = "Look at <__media__> and say what it shows."
-    ref, _ = mtmd_cli_text(idefics3_pair[0], idefics3_pair[1], [image], prompt, 24, 2)
-    r = run("-m", idefics3_pair[0], "--mmproj", idefics3_pair[1], "--image", image, "-p", prompt, "-n", 24,
-            "--temp", 0, "-t", 2)
-    assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == ref.strip()
+    assert_greedy_as_llama_mtmd_cli(idefics3_pair, [image], prompt)
 
 
 def test_idefics3_with_a_vocab_lacking_its_image_tokens(idefics3_pair, tmp_path):
@@ -151,8 +152,4 @@ def test_qwen2vl_greedy_tokens_match_llama_mtmd_cli(tmp_path):
     photo.save(wide)
     photo.resize((300, 500)).save(tall)
     prompt = "Compare <__media__> with <__media__> please."
-    ref, _ = mtmd_cli_text(model, mmproj, [wide, tall], prompt, 24, 2)
-    r = run("-m", model, "--mmproj", mmproj, "--image", wide, "--image", tall, "-p", prompt, "-n", 24,
-            "--temp", 0, "-t", 2)
-    assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == ref.strip()
+    assert_greedy_as_llama_mtmd_cli((model, mmproj), [wide, tall], prompt)
