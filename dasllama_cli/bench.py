@@ -9,8 +9,7 @@ import click
 
 from dasllama.core import load
 from dasllama.core.tools.bench_serve import bodies_for, run_load, summary
-from dasllama.core.tools.bench_batched import run_batched
-from dasllama.core.tools.bench_llm import IDLE_WAIT_S, add_bandwidth, model_type, run_bench, tests_for
+from dasllama.core.tools.bench_llm import IDLE_WAIT_S, add_bandwidth, run_bench, tests_for
 from dasllama.core.tools.receipt import (build_info, build_receipt, physical_cores, probe_hardware,
                                          write_results)
 from dasllama.core.tools.ref_llama import ReferenceError, find_reference
@@ -18,9 +17,10 @@ from dasllama.core.tools.ref_seed import find_seed
 from dasllama.core.asr.model import is_whisper_model
 
 from .bench_asr import bench_asr
+from .bench_batched import bench_batched
 from .bench_mtmd import bench_mtmd
 from .bench_tts import bench_tts
-from .bench_output import render
+from .bench_output import render, warn_if_busy
 from .errors import USER_ERRORS
 from .options import THREADS, FiniteFloat, complete_model_names, media_option, model_name, writable_file
 
@@ -143,7 +143,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         if not model_path:
             raise click.UsageError("--mmproj needs -m, the text model it was made for.")
         hardware = probe_hardware()
-        _warn_if_busy(hardware)
+        warn_if_busy(hardware)
         bench_mtmd(model_path, mmproj_path, media, n_gen[0] if n_gen else 32, repetitions,
                    threads or physical_cores(), fmt, "llama.cpp" in refs, wait_idle, build_info(hardware))
         return
@@ -154,7 +154,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
         if not set(refs) <= {"piper", "kokoro-onnx"} or len(refs) > 1 or audio:
             raise click.UsageError("a voice is timed against --ref piper or kokoro-onnx, with no AUDIO.")
         hardware = probe_hardware()
-        _warn_if_busy(hardware)
+        warn_if_busy(hardware)
         bench_tts(model_path.removesuffix(".json"), n_sentences, repetitions, threads or physical_cores(),
                   fmt, ref, wait_idle, receipt_path, hardware, build_info(hardware))
         return
@@ -165,7 +165,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
             raise click.UsageError(f"--ref {refs[0]} times language models; a Whisper model takes "
                                    "--ref whisper.cpp.")
         hardware = probe_hardware()
-        _warn_if_busy(hardware)
+        warn_if_busy(hardware)
         bench_asr(model_path, audio, repetitions, threads or physical_cores(), fmt, ref, ref_model,
                   wait_idle, receipt_path, language, task, not no_timestamps, hardware, build_info(hardware))
         return
@@ -194,7 +194,7 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
     except (ReferenceError, *USER_ERRORS) as e:
         raise click.ClickException(str(e)) from None
     hardware = probe_hardware()
-    _warn_if_busy(hardware)
+    warn_if_busy(hardware)
     build = build_info(hardware)
 
     def progress(test, rep, ours_ts, refs_ts):
@@ -223,70 +223,6 @@ def bench_cmd(audio, model_path, asr, n_prompt, n_gen, repetitions, threads, fmt
     if receipt_path:
         write_results(receipt_path, records, receipt)
     click.echo(render(records, fmt, receipt, bool(refs), FIELDS, to_markdown), nl=False)
-
-
-def bench_batched(model_path, n_prompt, n_gen, n_seqs, repetitions, threads, fmt, refs, ref_bin, ref_model,
-                  wait_idle):
-    if set(refs) - {"llama.cpp"}:
-        raise click.UsageError("batched decode is timed against --ref llama.cpp (llama-batched-bench).")
-    if not (n_prompt and n_prompt[0] > 0 and n_gen and n_gen[0] > 0) or min(n_seqs) < 1:
-        raise click.UsageError("--batched needs -p and -n above 0 and sequence counts of at least 1.")
-    n_prompt, n_gen = n_prompt[0], n_gen[0]
-    reference = None
-    try:
-        model = load(model_path, n_threads=threads or physical_cores(), n_ctx=n_prompt + n_gen,
-                     n_batch=max(512, max(n_seqs)))
-        if refs:
-            reference = find_reference(ref_bin)
-            reference.tool("llama-batched-bench")
-    except (ReferenceError, *USER_ERRORS) as e:
-        raise click.ClickException(str(e)) from None
-    hardware = probe_hardware()
-    _warn_if_busy(hardware)
-
-    def progress(n_seq, rep, ours_ts, theirs_ts):
-        other = f", llama.cpp {theirs_ts:.2f} t/s" if theirs_ts is not None else ""
-        click.echo(f"bench: tg{n_gen}@B{n_seq} {rep + 1}/{repetitions}: dasllama {ours_ts:.2f} t/s{other}", err=True)
-
-    try:
-        records = run_batched(model, n_prompt, n_gen, n_seqs, repetitions, reference, ref_model,
-                              idle_wait=wait_idle, on_sample=progress)
-    except ReferenceError as e:
-        raise click.ClickException(str(e)) from None
-    build = build_info(hardware)
-    for r in records:
-        r.update(build_commit=build["commit"], cpu_info=build["cpu_info"], model_filename=model.path)
-    if fmt in ("json", "jsonl"):
-        for r in records:
-            click.echo(json.dumps(r))
-        return
-    click.echo(batched_markdown(records, model), nl=False)
-
-
-def batched_markdown(records, model):
-    """A row per B: our t/s of the batched steps and over B=1's; llama-batched-bench's beside."""
-    ours = [r for r in records if r["engine"] == "dasllama"]
-    theirs = {r["n_seq"]: r for r in records if r["engine"] != "dasllama"}
-    head = "| model | threads | test | t/s | vs B=1 |"
-    rule = "|---|---:|---|---:|---:|"
-    if theirs:
-        head += " llama.cpp t/s | llama.cpp vs B=1 | ratio |"
-        rule += "---:|---:|---:|"
-    lines = [head, rule]
-    for r in ours:
-        row = (f"| {model_type(model.gguf)} | {r['n_threads']} | tg{r['n_gen']}@B{r['n_seq']} (pp{r['n_prompt']} each) "
-               f"| {r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} | {r['vs_b1']:.2f} |")
-        if theirs:
-            t = theirs[r["n_seq"]]
-            row += f" {t['avg_ts']:.2f} ± {t['stddev_ts']:.2f} | {t['vs_b1']:.2f} | {r['ratio']:.2f} |"
-        lines.append(row)
-    return "\n".join(lines) + f"\n\nbuild: {ours[0]['build_commit']} (dasllama); {ours[0]['cpu_info']}\n"
-
-
-def _warn_if_busy(hardware):
-    if hardware["loadavg_1m"] and hardware["loadavg_1m"] > 0.5 * hardware["logical_cpus"]:
-        click.echo(f"bench: the machine is busy (load {hardware['loadavg_1m']:.1f} on "
-                   f"{hardware['logical_cpus']} CPUs): figures will be low and noisy.", err=True)
 
 
 def our_command_line(model_path, n_prompt, n_gen, reps, threads, fmt, refs, ref_model):

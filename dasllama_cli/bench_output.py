@@ -1,7 +1,16 @@
-"""The output formats both benches share: json (records + receipt), jsonl, csv, markdown."""
+"""What the benches share: the output formats (json: records + receipt, jsonl, csv, markdown)
+and the warning that the machine is busy."""
 import csv
 import io
 import json
+
+import click
+
+
+def warn_if_busy(hardware):
+    if hardware["loadavg_1m"] and hardware["loadavg_1m"] > 0.5 * hardware["logical_cpus"]:
+        click.echo(f"bench: the machine is busy (load {hardware['loadavg_1m']:.1f} on "
+                   f"{hardware['logical_cpus']} CPUs): figures will be low and noisy.", err=True)
 
 
 def render(records, fmt, receipt, with_ref, fields, to_markdown):

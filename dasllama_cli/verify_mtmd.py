@@ -7,17 +7,15 @@ import tempfile
 import click
 
 from dasllama.core import load
+from dasllama.core.mtmd.media import load_media, split_paths
 from dasllama.core.mtmd.mmproj import MmprojError
 from dasllama.core.mtmd.turn import Audio, Vision
 from dasllama.core.tools.ref_mtmd import ReferenceError, llama_cpp_dir
-from dasllama.core.mtmd.media import load_media, split_paths
-from dasllama.core.tools.verify_mtmd import verify_turn
+from dasllama.core.tools.verify_mtmd import DEFAULT_PROMPT, verify_turn
 from dasllama.formats.audio import AudioError
 from dasllama.formats.image import ImageError
 
 from .errors import USER_ERRORS
-
-DEFAULT_PROMPT = "Describe this in detail."
 
 
 def verify_mtmd(setup_error, model_path, mmproj_path, media, prompts, n_predict, threads, ctx_size, embd_bound,

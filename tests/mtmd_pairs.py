@@ -233,29 +233,43 @@ def _write_qwen2vl_mmproj(path, tower, seed, wtype):
     _write_tensors(writer, _qwen2vl_tensors(tower), seed, wtype)
 
 
+def _tensor_name(tensor, bid=None, suffix="weight"):
+    """A tensor's GGUF name as the converter writes it (v.blk.0.attn_q.weight)."""
+    return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
+
+
+def _blocks(tower, matrices, norms, unbiased=()):
+    """Every pre-norm block's tensors: q, k, v, out, ffn up, ffn down (with biases, but those in
+    `unbiased`) and the two layer norms (weight and bias)."""
+    e, ff = tower.n_embd, tower.n_ff
+    for bid in range(tower.n_layer):
+        for tensor, shape in zip(matrices, ((e, e), (e, e), (e, e), (e, e), (ff, e), (e, ff))):
+            yield _tensor_name(tensor, bid), shape, "matrix"
+            if tensor not in unbiased:
+                yield _tensor_name(tensor, bid, "bias"), shape[:1], "vector"
+        for tensor in norms:
+            yield _tensor_name(tensor, bid), (e,), "vector"
+            yield _tensor_name(tensor, bid, "bias"), (e,), "vector"
+
+
+def _vision_blocks(tower):
+    T = MODEL_TENSOR
+    return _blocks(tower, (T.V_ENC_ATTN_Q, T.V_ENC_ATTN_K, T.V_ENC_ATTN_V, T.V_ENC_ATTN_O, T.V_ENC_FFN_UP,
+                           T.V_ENC_FFN_DOWN), (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM))
+
+
 def _qwen2vl_tensors(tower):
     """(name, numpy shape, kind) of a qwen2vl mmproj; numpy shape is GGUF ne reversed."""
-    def name(tensor, bid=None, suffix="weight"):
-        return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
-
     e, p, T = tower.n_embd, tower.patch_size, MODEL_TENSOR
-    yield name(T.V_ENC_EMBD_PATCH), (e, 3, p, p), "matrix"
-    yield name(T.V_ENC_EMBD_PATCH, suffix="weight.1"), (e, 3, p, p), "matrix"
-    for bid in range(tower.n_layer):
-        for tensor, shape in ((T.V_ENC_ATTN_Q, (e, e)), (T.V_ENC_ATTN_K, (e, e)), (T.V_ENC_ATTN_V, (e, e)),
-                              (T.V_ENC_ATTN_O, (e, e)), (T.V_ENC_FFN_UP, (tower.n_ff, e)),
-                              (T.V_ENC_FFN_DOWN, (e, tower.n_ff))):
-            yield name(tensor, bid), shape, "matrix"
-            yield name(tensor, bid, "bias"), shape[:1], "vector"
-        for tensor in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
-            yield name(tensor, bid), (e,), "vector"
-            yield name(tensor, bid, "bias"), (e,), "vector"
-    yield name(T.V_POST_NORM), (e,), "vector"                          # the merger's ln_q
-    yield name(T.V_POST_NORM, suffix="bias"), (e,), "vector"
-    yield name(T.V_MMPROJ, 0), (4 * e, 4 * e), "matrix"                # the merger's MLP
-    yield name(T.V_MMPROJ, 0, "bias"), (4 * e,), "vector"
-    yield name(T.V_MMPROJ, 2), (tower.text_embd, 4 * e), "matrix"
-    yield name(T.V_MMPROJ, 2, "bias"), (tower.text_embd,), "vector"
+    yield _tensor_name(T.V_ENC_EMBD_PATCH), (e, 3, p, p), "matrix"
+    yield _tensor_name(T.V_ENC_EMBD_PATCH, suffix="weight.1"), (e, 3, p, p), "matrix"
+    yield from _vision_blocks(tower)
+    yield _tensor_name(T.V_POST_NORM), (e,), "vector"                          # the merger's ln_q
+    yield _tensor_name(T.V_POST_NORM, suffix="bias"), (e,), "vector"
+    yield _tensor_name(T.V_MMPROJ, 0), (4 * e, 4 * e), "matrix"                # the merger's MLP
+    yield _tensor_name(T.V_MMPROJ, 0, "bias"), (4 * e,), "vector"
+    yield _tensor_name(T.V_MMPROJ, 2), (tower.text_embd, 4 * e), "matrix"
+    yield _tensor_name(T.V_MMPROJ, 2, "bias"), (tower.text_embd,), "vector"
 
 
 def _once(mmproj, write, *args):
@@ -320,33 +334,21 @@ def _siglip_tensors(tower, projector="gemma3", scale=None):
     """(name, numpy shape, kind) of a gemma3 or idefics3 mmproj (scale: idefics3's pixel shuffle
     factor); numpy shape is the GGUF ne reversed. kind "embd" stays F32 (the converter forces
     `.embeddings.` to F32), "vector" too (1-D)."""
-    def name(tensor, bid=None, suffix="weight"):
-        return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
-
     e, p = tower.n_embd, tower.patch_size
     n_patches = (tower.image_size // p) ** 2
-    yield name(MODEL_TENSOR.V_ENC_EMBD_PATCH), (e, 3, p, p), "embd"
-    yield name(MODEL_TENSOR.V_ENC_EMBD_PATCH, suffix="bias"), (e,), "vector"
-    yield name(MODEL_TENSOR.V_ENC_EMBD_POS), (n_patches, e), "embd"
-    for bid in range(tower.n_layer):
-        for tensor, shape in ((MODEL_TENSOR.V_ENC_ATTN_Q, (e, e)), (MODEL_TENSOR.V_ENC_ATTN_K, (e, e)),
-                              (MODEL_TENSOR.V_ENC_ATTN_V, (e, e)), (MODEL_TENSOR.V_ENC_ATTN_O, (e, e)),
-                              (MODEL_TENSOR.V_ENC_FFN_UP, (tower.n_ff, e)),
-                              (MODEL_TENSOR.V_ENC_FFN_DOWN, (e, tower.n_ff))):
-            yield name(tensor, bid), shape, "matrix"
-            yield name(tensor, bid, "bias"), shape[:1], "vector"
-        for tensor in (MODEL_TENSOR.V_ENC_INPUT_NORM, MODEL_TENSOR.V_ENC_POST_ATTN_NORM):
-            yield name(tensor, bid), (e,), "vector"
-            yield name(tensor, bid, "bias"), (e,), "vector"
-    yield name(MODEL_TENSOR.V_POST_NORM), (e,), "vector"
-    yield name(MODEL_TENSOR.V_POST_NORM, suffix="bias"), (e,), "vector"
+    yield _tensor_name(MODEL_TENSOR.V_ENC_EMBD_PATCH), (e, 3, p, p), "embd"
+    yield _tensor_name(MODEL_TENSOR.V_ENC_EMBD_PATCH, suffix="bias"), (e,), "vector"
+    yield _tensor_name(MODEL_TENSOR.V_ENC_EMBD_POS), (n_patches, e), "embd"
+    yield from _vision_blocks(tower)
+    yield _tensor_name(MODEL_TENSOR.V_POST_NORM), (e,), "vector"
+    yield _tensor_name(MODEL_TENSOR.V_POST_NORM, suffix="bias"), (e,), "vector"
     if projector == "gemma3":
-        yield name(MODEL_TENSOR.V_MM_SOFT_EMB_NORM), (e,), "vector"
+        yield _tensor_name(MODEL_TENSOR.V_MM_SOFT_EMB_NORM), (e,), "vector"
         # HF's mm_input_projection_weight is (vision width, text width), stored untransposed
-        yield name(MODEL_TENSOR.V_MM_INP_PROJ), (e, tower.text_embd), "matrix"
+        yield _tensor_name(MODEL_TENSOR.V_MM_INP_PROJ), (e, tower.text_embd), "matrix"
     else:
         # idefics3: connector.modality_projection.proj (text width, vision width * k * k), no bias
-        yield name(MODEL_TENSOR.V_MMPROJ_FC), (tower.text_embd, e * scale * scale), "matrix"
+        yield _tensor_name(MODEL_TENSOR.V_MMPROJ_FC), (tower.text_embd, e * scale * scale), "matrix"
 
 
 def _write_audio_pair(outdir, projector, tower, size, seed, wtype):
@@ -381,36 +383,26 @@ def _write_audio_mmproj(path, projector, tower, seed, wtype):
 
 def _audio_tensors(projector, tower):
     """(name, numpy shape, kind) of a qwen2a / ultravox mmproj; numpy shape is GGUF ne reversed."""
-    def name(tensor, bid=None, suffix="weight"):
-        return TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
-
-    e, ff = tower.n_embd, tower.n_ff
+    e = tower.n_embd
     T = MODEL_TENSOR
     for i, c_in in ((1, tower.n_mel), (2, e)):
-        yield name(T.A_ENC_CONV1D, i), (e, c_in, 3), "conv"
-        yield name(T.A_ENC_CONV1D, i, "bias"), (e, 1), "vector"        # the converter's unsqueeze(-1)
-    yield name(T.A_ENC_EMBD_POS), (tower.n_pos, e), "embd"
-    for bid in range(tower.n_layer):
-        for tensor, shape, bias in ((T.A_ENC_ATTN_Q, (e, e), True), (T.A_ENC_ATTN_K, (e, e), False),
-                                    (T.A_ENC_ATTN_V, (e, e), True), (T.A_ENC_OUTPUT, (e, e), True),
-                                    (T.A_ENC_FFN_UP, (ff, e), True), (T.A_ENC_FFN_DOWN, (e, ff), True)):
-            yield name(tensor, bid), shape, "matrix"
-            if bias:                                                    # Whisper's k_proj has none
-                yield name(tensor, bid, "bias"), shape[:1], "vector"
-        for tensor in (T.A_ENC_INPUT_NORM, T.A_ENC_OUTPUT_NORM):
-            yield name(tensor, bid), (e,), "vector"
-            yield name(tensor, bid, "bias"), (e,), "vector"
-    yield name(T.A_POST_NORM), (e,), "vector"
-    yield name(T.A_POST_NORM, suffix="bias"), (e,), "vector"
+        yield _tensor_name(T.A_ENC_CONV1D, i), (e, c_in, 3), "conv"
+        yield _tensor_name(T.A_ENC_CONV1D, i, "bias"), (e, 1), "vector"        # the converter's unsqueeze(-1)
+    yield _tensor_name(T.A_ENC_EMBD_POS), (tower.n_pos, e), "embd"
+    yield from _blocks(tower, (T.A_ENC_ATTN_Q, T.A_ENC_ATTN_K, T.A_ENC_ATTN_V, T.A_ENC_OUTPUT, T.A_ENC_FFN_UP,
+                               T.A_ENC_FFN_DOWN), (T.A_ENC_INPUT_NORM, T.A_ENC_OUTPUT_NORM),
+                       unbiased=(T.A_ENC_ATTN_K,))                     # Whisper's k_proj has none
+    yield _tensor_name(T.A_POST_NORM), (e,), "vector"
+    yield _tensor_name(T.A_POST_NORM, suffix="bias"), (e,), "vector"
     if projector == "qwen2a":
-        yield name(T.A_MMPROJ_FC), (tower.text_embd, e), "matrix"
-        yield name(T.A_MMPROJ_FC, suffix="bias"), (tower.text_embd,), "vector"
+        yield _tensor_name(T.A_MMPROJ_FC), (tower.text_embd, e), "matrix"
+        yield _tensor_name(T.A_MMPROJ_FC, suffix="bias"), (tower.text_embd,), "vector"
     else:
         stacked, hidden = e * ULTRAVOX_STACK, 2 * tower.text_embd
-        yield name(T.A_MM_NORM_PRE), (stacked,), "vector"
-        yield name(T.A_MMPROJ, 1), (2 * hidden, stacked), "matrix"
-        yield name(T.A_MM_NORM_MID), (hidden,), "vector"
-        yield name(T.A_MMPROJ, 2), (tower.text_embd, hidden), "matrix"
+        yield _tensor_name(T.A_MM_NORM_PRE), (stacked,), "vector"
+        yield _tensor_name(T.A_MMPROJ, 1), (2 * hidden, stacked), "matrix"
+        yield _tensor_name(T.A_MM_NORM_MID), (hidden,), "vector"
+        yield _tensor_name(T.A_MMPROJ, 2), (tower.text_embd, hidden), "matrix"
 
 
 def _random(rng, name, shape):

@@ -4,15 +4,14 @@ writes N greedy tokens), ours as `dasllama mtmd` and theirs as llama-mtmd-cli on
 prompt and threads. Each side runs once untimed (our first run may compile kernels; both warm
 the page cache), then per repetition ours then theirs, each on a machine left idle by others."""
 import json
-import statistics
 import subprocess
 import sys
 import time
 
-from .bench_llm import IDLE_WAIT_S, wait_for_idle
+from .bench_llm import IDLE_WAIT_S, _avg, _stdev, wait_for_idle
+from .ref_llama import last_line
 from .ref_mtmd import ReferenceError, encode_ms, mtmd_cli_cmd
-
-PROMPT = "Describe this in detail."
+from .verify_mtmd import DEFAULT_PROMPT
 
 
 def our_cmd(model, mmproj, media, prompt, n_gen, n_threads):
@@ -28,8 +27,7 @@ def _run(cmd, engine):
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
     wall = time.perf_counter() - t0
     if done.returncode != 0:
-        last = [line for line in done.stderr.strip().splitlines() if line.strip()] or ["no output"]
-        raise ReferenceError(f"{engine} failed: {last[-1].strip()}")
+        raise ReferenceError(f"{engine} failed: {last_line(done.stderr)}")
     return done, wall
 
 
@@ -45,7 +43,7 @@ def sample_ref(cmd):
 
 
 def run_mtmd_bench(model, mmproj, media, n_gen, n_threads, reps, with_ref=True, idle_wait=IDLE_WAIT_S,
-                   prompt=PROMPT, on_sample=None):
+                   prompt=DEFAULT_PROMPT, on_sample=None):
     """Records per engine (dasllama, then llama-mtmd-cli when with_ref): encoder and turn
     seconds (mean, stdev, samples) and, on ours, the ratios theirs / ours (above 1: ours is
     faster)."""
@@ -68,8 +66,8 @@ def run_mtmd_bench(model, mmproj, media, n_gen, n_threads, reps, with_ref=True, 
         encoder, turn = [s[0] for s in taken], [s[1] for s in taken]
         records.append({"engine": engine, "n_threads": n_threads, "n_gen": n_gen, "n_media": len(media),
                         "prompt": prompt,
-                        "encoder_s": statistics.mean(encoder), "encoder_sd": _sd(encoder),
-                        "turn_s": statistics.mean(turn), "turn_sd": _sd(turn),
+                        "encoder_s": _avg(encoder), "encoder_sd": _stdev(encoder),
+                        "turn_s": _avg(turn), "turn_sd": _stdev(turn),
                         "samples": [{"encoder_s": e, "turn_s": t} for e, t in taken],
                         "command": cmds[engine]})
     if not with_ref:
@@ -78,7 +76,3 @@ def run_mtmd_bench(model, mmproj, media, n_gen, n_threads, reps, with_ref=True, 
     ours["ratios"] = {"encoder": theirs["encoder_s"] / ours["encoder_s"] if ours["encoder_s"] else None,
                       "turn": theirs["turn_s"] / ours["turn_s"]}
     return records
-
-
-def _sd(values):
-    return statistics.stdev(values) if len(values) > 1 else 0.0

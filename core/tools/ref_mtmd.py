@@ -102,6 +102,12 @@ def llama_cpp_dir():
     return root
 
 
+def _bindings_env(ref):
+    """The environment in which the child imports the build's own llama_cpp and libmtmd."""
+    return dict(os.environ, LLAMA_CPP_LIB_PATH=str(ref / "lib"), MTMD_CPP_LIB=str(ref / "lib"),
+                PYTHONPATH=str(ref / "python"))
+
+
 def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
     """libmtmd's embeddings (n_tokens, n_embd) for uint8 pixels (H, W, 3), float32 mono 16 kHz
     samples (n,), or a media file's path (decoded by libmtmd's helper: stb_image, miniaudio),
@@ -113,8 +119,7 @@ def mtmd_embeddings(model, mmproj, pixels, n_threads, workdir):
         pix = Path(pixels)
     else:
         np.save(pix, pixels)
-    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(ref / "lib"), MTMD_CPP_LIB=str(ref / "lib"),
-               PYTHONPATH=str(ref / "python"))
+    env = _bindings_env(ref)
     done = subprocess.run([sys.executable, "-c", _CHILD, str(model), str(mmproj), str(pix), str(n_threads),
                            str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -126,8 +131,7 @@ def mtmd_decoded_audio(model, mmproj, path, workdir):
     """The float32 (n,) 16 kHz samples libmtmd's helper decodes an audio file to."""
     ref = llama_cpp_dir()
     out = Path(workdir) / "ref_samples.npy"
-    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(ref / "lib"), MTMD_CPP_LIB=str(ref / "lib"),
-               PYTHONPATH=str(ref / "python"))
+    env = _bindings_env(ref)
     done = subprocess.run([sys.executable, "-c", _CHILD_DECODE, str(model), str(mmproj), str(path), str(out)],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:

@@ -12,6 +12,7 @@ from .ref_mtmd import mtmd_cli_text, mtmd_embeddings
 # libmtmd runs flash attention with f16 K/V and ggml's f16 GELU table where we keep f32: the
 # towers' relative error on the test pairs is 2e-4 to 5e-4 (docs/BENCHMARKS.md)
 DEFAULT_EMBD_BOUND = 2e-3
+DEFAULT_PROMPT = "Describe this in detail."      # the turn's text when -p gives none (bench's too)
 
 
 @dataclass

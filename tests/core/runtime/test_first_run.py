@@ -1,8 +1,12 @@
 """The first-run notice: a model's load says on stderr when the engine is about to be compiled
 (an empty numba cache), times it, and stays silent once the cache holds it."""
+import importlib.util
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numba
+import pytest
 
 from dasllama.core.runtime.cache import first_compile_notice
 
