@@ -4,7 +4,7 @@ conversion/qwenvl.py Qwen2VLVisionModel, conversion/qwen.py WhisperEncoderModel 
 UltravoxWhisperEncoderModel, conversion/base.py MmprojModel), which llama-mtmd-cli loads: no
 registry carries real vision- or audio-language weights.
 
-    python -m tests.mtmd_pairs gemma3|idefics3|qwen2vl|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
+    python -m tests.mtmd_pairs gemma3|idefics3|qwen2vl|qwen25vl|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
 
 prints the model and mmproj paths. gemma3: `tiny` is a 2-layer 128-wide SigLIP on 224x224 images
 (16 image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256 tokens)
@@ -12,7 +12,10 @@ before a small text model, for timing the encoder. idefics3 (before a llama text
 SmolVLM's image tokens): `tiny` is a 2-layer 64-wide SigLIP on 64x64 tiles, images resized to a
 longest edge of 128; `real` is SmolVLM-256M's (12 layers, 768 wide, 512x512 tiles, longest edge
 2048). qwen2vl (before a qwen2vl text model, M-RoPE): `tiny` is a 2-layer 64-wide ViT of 28 px
-patches; `real` is Qwen2-VL-2B's (32 layers, 1280 wide, 14 px patches). qwen2a (before a qwen2
+patches; `real` is Qwen2-VL-2B's (32 layers, 1280 wide, 14 px patches). qwen25vl (Qwen2.5-VL's
+tower: RMS norms, gated SiLU MLPs, window attention, before the same text model): `tiny` is a
+2-layer 64-wide ViT of 28 px patches, windowed in its first layer (2 x 2 squares a window);
+`real` is Qwen2.5-VL-3B's (32 layers, 1280 wide, 3420 FFN, full attention every 8th). qwen2a (before a qwen2
 text model) and ultravox (before a llama): `tiny` is a 2-layer 64-wide Whisper-style encoder on
 128 mel bins; `real` is Whisper base's (6 layers, 512 wide, 80 mel bins). Either reads 3000 mel
 frames per 30 s window, as mtmd always gives them.
@@ -28,7 +31,7 @@ from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
 from tests import gguf_factory
 
-PROJECTORS = ("gemma3", "idefics3", "qwen2vl", "qwen2a", "ultravox")
+PROJECTORS = ("gemma3", "idefics3", "qwen2vl", "qwen25vl", "qwen2a", "ultravox")
 AUDIO_TEXT_ARCH = {"qwen2a": "qwen2", "ultravox": "llama"}
 ULTRAVOX_STACK = 4   # the real 8 makes llama.cpp 0c1e570 abort on a 30 s window (187 vs 188 tokens)
 
@@ -111,6 +114,13 @@ QWEN2VL_SIZES = {
     "tiny": Tower(64, 128, 2, 4, 560, 28, text_embd=128, text_layers=2),
     "real": Tower(1280, 5120, 32, 16, 560, 14, text_embd=1536, text_layers=2),
 }
+# qwen25vl: Qwen2.5-VL-3B's vision config (depth 32, hidden 1280, intermediate 3420, 16 heads,
+# fullatt_block_indexes 7, 15, 23, 31: n_wa_pattern 8); tiny windows its first layer of two
+QWEN25VL_SIZES = {
+    "tiny": Tower(64, 128, 2, 4, 560, 28, text_embd=128, text_layers=2),
+    "real": Tower(1280, 3420, 32, 16, 560, 14, text_embd=2048, text_layers=2),
+}
+QWEN25VL_WA_PATTERN = {"tiny": 2, "real": 8}
 QWEN2VL_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
 
 
@@ -141,8 +151,8 @@ def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
         return _write_audio_pair(Path(outdir), projector, AUDIO_SIZES[size], size, seed, wtype)
     if projector == "idefics3":
         return _write_idefics3_pair(Path(outdir), size, seed, wtype)
-    if projector == "qwen2vl":
-        return _write_qwen2vl_pair(Path(outdir), size, seed, wtype)
+    if projector in ("qwen2vl", "qwen25vl"):
+        return _write_qwen2vl_pair(Path(outdir), size, seed, wtype, projector)
     tower = SIZES[size]
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -207,16 +217,21 @@ def _write_idefics3_mmproj(path, tower, scale, longest_edge, seed, wtype):
     _write_tensors(writer, _siglip_tensors(tower, "idefics3", scale), seed, wtype)
 
 
-def _write_qwen2vl_pair(outdir, size, seed, wtype):
+def _write_qwen2vl_pair(outdir, size, seed, wtype, projector="qwen2vl"):
     """A qwen2vl text model (qwen2 with M-RoPE sections) over a ChatML vocab with Qwen2-VL's
-    vision markers, and a qwen2vl mmproj."""
-    tower = QWEN2VL_SIZES[size]
+    vision markers, and a qwen2vl or qwen25vl mmproj."""
+    tower = (QWEN2VL_SIZES if projector == "qwen2vl" else QWEN25VL_SIZES)[size]
     outdir.mkdir(parents=True, exist_ok=True)
     vocab = _gemma3_vocab(outdir / "qwen2vl-mtmd-vocab.gguf", QWEN2VL_SPECIALS, CHATML_TEMPLATE)
     model = gguf_factory.write_model(outdir, "qwen2vl", "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
                                      n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
                                      vocab_from=vocab)
-    mmproj = _once(outdir / f"mmproj-qwen2vl-{size}-{wtype}-s{seed}.gguf", _write_qwen2vl_mmproj, tower, seed, wtype)
+    if projector == "qwen2vl":
+        mmproj = _once(outdir / f"mmproj-qwen2vl-{size}-{wtype}-s{seed}.gguf", _write_qwen2vl_mmproj, tower, seed,
+                       wtype)
+    else:
+        mmproj = _once(outdir / f"mmproj-qwen25vl-{size}-{wtype}-s{seed}.gguf", _write_qwen25vl_mmproj, tower,
+                       QWEN25VL_WA_PATTERN[size], seed, wtype)
     return model, mmproj
 
 
@@ -231,6 +246,20 @@ def _write_qwen2vl_mmproj(path, tower, seed, wtype):
     writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN2VL)
     writer.add_vision_attention_layernorm_eps(1e-6)
     _write_tensors(writer, _qwen2vl_tensors(tower), seed, wtype)
+
+
+def _write_qwen25vl_mmproj(path, tower, wa_pattern, seed, wtype):
+    """As Qwen2VLVisionModel writes a qwen2_5_vl model: qwen2vl's keys with the qwen2.5vl_merger
+    type, use_silu and n_wa_pattern (from fullatt_block_indexes)."""
+    writer = _mmproj_writer(path, "qwen25vl", tower, wtype)
+    _vision_keys(writer, tower)
+    writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])
+    writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
+    writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN25VL)
+    writer.add_vision_use_silu(True)
+    writer.add_vision_n_wa_pattern(wa_pattern)
+    writer.add_vision_attention_layernorm_eps(1e-6)
+    _write_tensors(writer, _qwen25vl_tensors(tower), seed, wtype)
 
 
 def _tensor_name(tensor, bid=None, suffix="weight"):
@@ -267,6 +296,27 @@ def _qwen2vl_tensors(tower):
     yield _tensor_name(T.V_POST_NORM), (e,), "vector"                          # the merger's ln_q
     yield _tensor_name(T.V_POST_NORM, suffix="bias"), (e,), "vector"
     yield _tensor_name(T.V_MMPROJ, 0), (4 * e, 4 * e), "matrix"                # the merger's MLP
+    yield _tensor_name(T.V_MMPROJ, 0, "bias"), (4 * e,), "vector"
+    yield _tensor_name(T.V_MMPROJ, 2), (tower.text_embd, 4 * e), "matrix"
+    yield _tensor_name(T.V_MMPROJ, 2, "bias"), (tower.text_embd,), "vector"
+
+
+def _qwen25vl_tensors(tower):
+    """(name, numpy shape, kind) of a qwen25vl mmproj: qwen2vl's, with RMS norms (weights only:
+    norm1, norm2 and the merger's ln_q) and a gated MLP (gate_proj, up_proj, down_proj, biased)."""
+    e, ff, p, T = tower.n_embd, tower.n_ff, tower.patch_size, MODEL_TENSOR
+    yield _tensor_name(T.V_ENC_EMBD_PATCH), (e, 3, p, p), "matrix"
+    yield _tensor_name(T.V_ENC_EMBD_PATCH, suffix="weight.1"), (e, 3, p, p), "matrix"
+    for bid in range(tower.n_layer):
+        for tensor, shape in ((T.V_ENC_ATTN_Q, (e, e)), (T.V_ENC_ATTN_K, (e, e)), (T.V_ENC_ATTN_V, (e, e)),
+                              (T.V_ENC_ATTN_O, (e, e)), (T.V_ENC_FFN_GATE, (ff, e)), (T.V_ENC_FFN_UP, (ff, e)),
+                              (T.V_ENC_FFN_DOWN, (e, ff))):
+            yield _tensor_name(tensor, bid), shape, "matrix"
+            yield _tensor_name(tensor, bid, "bias"), shape[:1], "vector"
+        for tensor in (T.V_ENC_INPUT_NORM, T.V_ENC_POST_ATTN_NORM):
+            yield _tensor_name(tensor, bid), (e,), "vector"
+    yield _tensor_name(T.V_POST_NORM), (e,), "vector"
+    yield _tensor_name(T.V_MMPROJ, 0), (4 * e, 4 * e), "matrix"
     yield _tensor_name(T.V_MMPROJ, 0, "bias"), (4 * e,), "vector"
     yield _tensor_name(T.V_MMPROJ, 2), (tower.text_embd, 4 * e), "matrix"
     yield _tensor_name(T.V_MMPROJ, 2, "bias"), (tower.text_embd,), "vector"

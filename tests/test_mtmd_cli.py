@@ -137,7 +137,8 @@ def test_idefics3_with_a_vocab_lacking_its_image_tokens(idefics3_pair, tmp_path)
     assert r.stdout == ""
 
 
-def test_qwen2vl_greedy_tokens_match_llama_mtmd_cli(tmp_path):
+@pytest.mark.parametrize("projector", ["qwen2vl", "qwen25vl"])
+def test_qwen2vl_greedy_tokens_match_llama_mtmd_cli(tmp_path, projector):
     """Two qwen2vl images of different grids (11 x 9 and 5 x 9 merged patches), the markers in
     the middle of the prompt: each image's rows at M-RoPE positions (t, row, column) from its
     first cell's position, the text after it max(rows, columns) on (without M-RoPE the reply
@@ -146,7 +147,7 @@ def test_qwen2vl_greedy_tokens_match_llama_mtmd_cli(tmp_path):
     on this prompt that alone flips the 4th token (with libmtmd's own embeddings spliced in
     here too)."""
     assets.or_skip(assets.llama_mtmd_bin)
-    model, mmproj = mtmd_pairs.write_pair(tmp_path, "qwen2vl", "tiny")
+    model, mmproj = mtmd_pairs.write_pair(tmp_path, projector, "tiny")
     photo = Image.open(assets.or_skip(assets.mtmd_media, "test-1.jpeg")).convert("RGB")
     wide, tall = tmp_path / "wide.png", tmp_path / "tall.png"
     photo.save(wide)

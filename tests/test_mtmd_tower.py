@@ -10,7 +10,7 @@ from PIL import Image
 
 from dasllama.core.mtmd import preprocess
 from dasllama.core.mtmd.preprocess import gemma3_input, idefics3_tiles, qwen2vl_input
-from dasllama.core.mtmd.qwen2vl import Qwen2VLTower
+from dasllama.core.mtmd.qwen2vl import Qwen25VLTower, Qwen2VLTower
 from dasllama.core.mtmd.siglip import Gemma3Tower, Idefics3Tower
 from dasllama.core.tools.ref_mtmd import mtmd_embeddings
 from dasllama.formats.image import ImageError, open_rgb
@@ -31,7 +31,8 @@ IDEFICS3_MAX_REL_ERR = 2e-3
 
 # qwen2vl's tower, the same kernels and libmtmd's same f16 K/V and f16 GELU tables: measured
 # 4.7e-4 on test-1.jpeg and 7.4e-4 on a 50 x 40 image scaled up to its minimum of 8 tokens
-# (llama.cpp 0c1e570); without the 2D rotary embedding it is 1.2e-1.
+# (llama.cpp 0c1e570); without the 2D rotary embedding it is 1.2e-1. qwen25vl's: 5.0e-4 and
+# 7.6e-4 (llama.cpp of llama-cpp-python 0.3.36).
 QWEN2VL_MAX_REL_ERR = 2e-3
 
 
@@ -77,16 +78,21 @@ def test_idefics3_tower_embeddings_match_libmtmd(idefics3_pair, tmp_path, crop):
     assert rel < IDEFICS3_MAX_REL_ERR, f"relative error {rel:.2e} against libmtmd"
 
 
+@pytest.mark.parametrize("projector", ["qwen2vl", "qwen25vl"])
 @pytest.mark.parametrize("size, n_tokens", [(None, 99), ((50, 40), 12)], ids=["test-1.jpeg", "small-50x40"])
-def test_qwen2vl_tower_embeddings_match_libmtmd(tmp_path_factory, tmp_path, size, n_tokens):
+def test_qwen2vl_tower_embeddings_match_libmtmd(tmp_path_factory, tmp_path, projector, size, n_tokens):
     """mtmd's sizing (sides to whole 2 x 2 merges of 28 px patches, at least 8 tokens), the
-    bicubic letterbox, the two-frame patch conv, 2D M-RoPE and the merger."""
+    bicubic letterbox, the two-frame patch conv, 2D M-RoPE and the merger; for qwen25vl also
+    the RMS norms, the gated MLP and the first layer's window attention (11 x 9 squares in
+    windows of 2 x 2, ragged at the right and bottom: attending to the whole image instead
+    gives 3.9e-1)."""
     assets.or_skip(assets.llama_mtmd_bin)
-    model, mmproj = mtmd_pairs.write_pair(tmp_path_factory.getbasetemp() / "qwen2vl", "qwen2vl", "tiny")
+    model, mmproj = mtmd_pairs.write_pair(tmp_path_factory.getbasetemp() / projector, projector, "tiny")
     img = open_rgb(assets.or_skip(assets.mtmd_media, "test-1.jpeg"))
     img = img.resize(size) if size else img
     mm = Mmproj(mmproj)
-    ours = Qwen2VLTower(mm, 2).encode(qwen2vl_input(img, mm.hparams))
+    tower = {"qwen2vl": Qwen2VLTower, "qwen25vl": Qwen25VLTower}[projector]
+    ours = tower(mm, 2).encode(qwen2vl_input(img, mm.hparams))
     ref, _ = mtmd_embeddings(model, mmproj, np.asarray(img), 2, tmp_path)
     assert ours.shape == ref.shape == (n_tokens, mm.hparams.n_embd_text)
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)

@@ -10,10 +10,13 @@ from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels.quants import F16, F32
 
 # projector type -> the medium its tower takes
-SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2vl_merger": "image", "qwen2a": "audio",
-             "ultravox": "audio"}
+SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2vl_merger": "image", "qwen2.5vl_merger": "image",
+             "qwen2a": "audio", "ultravox": "audio"}
+# the image towers whose rows the text model places by row and column (M-RoPE)
+MROPE_PROJECTORS = ("qwen2vl_merger", "qwen2.5vl_merger")
 # the text families each projector's splice is made for (its markers, its non-causal media span)
 TEXT_FAMILIES = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2vl_merger": ("qwen2vl",),
+                 "qwen2.5vl_merger": ("qwen2vl",),
                  "qwen2a": ("qwen2",), "ultravox": ("llama",)}
 
 
@@ -38,6 +41,8 @@ class VisionHParams:
                           # idefics3: the pixel shuffle's factor per side
     n_embd_text: int      # the projector's output width: the text model's n_embd
     longest_edge: int = 0 # idefics3: the image's longest side before it is cut into tiles
+    n_wa_pattern: int = 0 # qwen2.5vl: every n_wa_pattern-th layer attends to the whole image,
+                          # the others within their window
 
     @property
     def n_patches_side(self):
@@ -180,7 +185,7 @@ def _n_merge(f, projector, need):
     v = Keys.ClipVision
     if projector == "gemma3":
         return int(f.get(v.Projector.SCALE_FACTOR, 4))
-    if projector == "qwen2vl_merger":
+    if projector in MROPE_PROJECTORS:
         return int(f.get(v.SPATIAL_MERGE_SIZE, 2))
     return int(need(v.Projector.SCALE_FACTOR))
 
@@ -200,7 +205,8 @@ def _vision_hparams(f, path, projector, need):
         image_std=tuple(float(x) for x in need(v.IMAGE_STD)),
         n_merge=_n_merge(f, projector, need),
         n_embd_text=int(need(v.PROJECTION_DIM)),
-        longest_edge=int(need(v.PREPROC_IMAGE_SIZE)) if projector == "idefics3" else 0)
+        longest_edge=int(need(v.PREPROC_IMAGE_SIZE)) if projector == "idefics3" else 0,
+        n_wa_pattern=int(need(v.N_WA_PATTERN)) if projector == "qwen2.5vl_merger" else 0)
     if hp.n_merge < 1 or hp.n_patches_side % hp.n_merge or hp.n_embd % hp.n_head:
         raise MmprojError(f"{path}: {hp.n_patches_side} patches a side do not pool by {hp.n_merge}, "
                           f"or {hp.n_embd} wide does not split into {hp.n_head} heads.")

@@ -76,8 +76,12 @@ class Layer:
         self.up = Weight(*mm.matrix(p + "ffn_up.weight"))
         self.up_bias = mm.f32(p + "ffn_up.bias")
         self.down = Weight(*mm.matrix(p + "ffn_down.weight"), mm.f32(p + "ffn_down.bias"))
-        self.ln1 = mm.f32(p + "ln1.weight"), mm.f32(p + "ln1.bias")
-        self.ln2 = mm.f32(p + "ln2.weight"), mm.f32(p + "ln2.bias")
+        self.ln1, self.ln2 = self._norm(mm, p + "ln1."), self._norm(mm, p + "ln2.")
+
+    @staticmethod
+    def _norm(mm, prefix):
+        """A layer norm's arguments after x: (weight, bias)."""
+        return mm.f32(prefix + "weight"), mm.f32(prefix + "bias")
 
 
 class PreNormTower:

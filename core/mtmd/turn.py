@@ -18,16 +18,17 @@ from dasllama.core.llm.generate import Token
 from dasllama.core.llm.sampling import Sampler, SamplerParams
 
 from .audio_mel import mel_windows
-from .mmproj import TEXT_FAMILIES, Mmproj, MmprojError
+from .mmproj import MROPE_PROJECTORS, TEXT_FAMILIES, Mmproj, MmprojError
 from .preprocess import gemma3_input, idefics3_tiles, qwen2vl_input
-from .qwen2vl import Qwen2VLTower
+from .qwen2vl import Qwen25VLTower, Qwen2VLTower
 from .siglip import Gemma3Tower, Idefics3Tower
 from .whisper_enc import AudioTower
 
 MARKER = "<__media__>"                       # mtmd_default_marker()
 # mtmd.cpp's begin / end markers around a projector's embeddings
 MARKERS = {"gemma3": ("<start_of_image>", "<end_of_image>"), "qwen2a": ("<|audio_bos|>", "<|audio_eos|>"),
-           "ultravox": ("", ""), "idefics3": ("", ""), "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>")}
+           "ultravox": ("", ""), "idefics3": ("", ""), "qwen2vl_merger": ("<|vision_start|>", "<|vision_end|>"),
+           "qwen2.5vl_merger": ("<|vision_start|>", "<|vision_end|>")}
 IDEFICS3_TILE = "<fake_token_around_image><row_{}_col_{}>"   # before each tile, tokenized
 # looked up as whole tokens by their text, as mtmd's lookup_token does
 IDEFICS3_ROW_END = ("\n",)
@@ -78,7 +79,8 @@ class Vision:
             raise MmprojError("this dasllama's language model cannot take embeddings as input yet.")
         self.mm, self.hparams = mm, mm.vision
         self.tokenizer = model.tokenizer
-        towers = {"gemma3": Gemma3Tower, "idefics3": Idefics3Tower, "qwen2vl_merger": Qwen2VLTower}
+        towers = {"gemma3": Gemma3Tower, "idefics3": Idefics3Tower, "qwen2vl_merger": Qwen2VLTower,
+                  "qwen2.5vl_merger": Qwen25VLTower}
         self.tower = towers[mm.vision.projector](mm, n_threads) if mm.vision else None
         if mm.vision and mm.vision.projector == "idefics3":   # looked up now: a vocab without them fails here
             self.idefics3_ids = [_lookup(model.tokenizer, texts)
@@ -107,7 +109,7 @@ class Vision:
             return [np.concatenate([self.audio_tower.encode(w) for w in windows])]
         if self.hparams.projector == "idefics3":
             return self._idefics3_parts(item)
-        if self.hparams.projector == "qwen2vl_merger":
+        if self.hparams.projector in MROPE_PROJECTORS:
             image = qwen2vl_input(item, self.hparams)
             side = self.hparams.patch_size * self.hparams.n_merge
             return [Grid(self.tower.encode(image), image.shape[2] // side, image.shape[1] // side)]
