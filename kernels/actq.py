@@ -105,7 +105,7 @@ def quantize_row_q8_k(x, xq, xd, xa):
         xd[b] = np.float32(1) / iscale
 
 
-@njit(**JIT, inline="always")
+@njit(**JIT)
 def _quantize_row(kind, x, xq, xd, xa, xf):
     if kind == ACT_Q8_0 or kind == ACT_Q8_1:
         quantize_row_q8_0(x, xq, xd, xa, kind == ACT_Q8_1)

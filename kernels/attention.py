@@ -124,7 +124,7 @@ def n_kv_cells(cache_size, n_used):
     return min(cache_size, max(KV_PAD, (n_used + KV_PAD - 1) // KV_PAD * KV_PAD))
 
 
-@njit(cache=True, boundscheck=False, inline="always")
+@njit(cache=True, boundscheck=False)
 def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, head_dim_v, scale,
                    softcap, n_swa, causal, acc, lanes):
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query at position p over
@@ -171,19 +171,26 @@ def attention_one_chunk(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv
     if softcap != 0.0:
         scale = scale / softcap
     for job in prange(T * n_head):
-        t = job // n_head
-        h = job % n_head
-        qv = np.empty(head_dim, np.float32)
-        acc = np.empty(head_dim_v, np.float32)
-        lanes = np.empty(F16_LANES, np.float32)
-        for d in range(head_dim):
-            qv[d] = round_f16(q[t, h * head_dim + d])
-        M, S = _one_chunk_row(qv, qpos[t], kcache, vcache, kpos, (h // group) * head_dim,
-                              (h // group) * head_dim_v, 0, n_used, head_dim, head_dim_v, scale,
-                              softcap, n_swa, causal, acc, lanes)
-        inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
-        for d in range(head_dim_v):
-            out[t, h * head_dim_v + d] = acc[d] * inv
+        _one_chunk_job(job // n_head, job % n_head, q, qpos, kcache, vcache, kpos, n_used, group,
+                       head_dim, head_dim_v, scale, softcap, n_swa, causal, out)
+
+
+@njit(cache=True, boundscheck=False)
+def _one_chunk_job(t, h, q, qpos, kcache, vcache, kpos, n_used, group, head_dim, head_dim_v, scale,
+                   softcap, n_swa, causal, out):
+    """attention_one_chunk's query t, head h. A function of its own, not the prange's body:
+    numba's parallel passes then see one call, not the inlined loops (COLD)."""
+    qv = np.empty(head_dim, np.float32)
+    acc = np.empty(head_dim_v, np.float32)
+    lanes = np.empty(F16_LANES, np.float32)
+    for d in range(head_dim):
+        qv[d] = round_f16(q[t, h * head_dim + d])
+    M, S = _one_chunk_row(qv, qpos[t], kcache, vcache, kpos, (h // group) * head_dim,
+                          (h // group) * head_dim_v, np.int64(0), n_used, head_dim, head_dim_v, scale,
+                          softcap, n_swa, causal, acc, lanes)
+    inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
+    for d in range(head_dim_v):
+        out[t, h * head_dim_v + d] = acc[d] * inv
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
@@ -199,37 +206,45 @@ def attention_split_kv(q, p, kcache, vcache, kpos, n_used, n_head, n_head_kv, he
     nek1 = n_kv_cells(kcache.shape[0], n_used)
     chunk = (nek1 + n_threads - 1) // n_threads
     for h in prange(n_head):
-        qv = np.empty(head_dim, np.float32)
-        for d in range(head_dim):
-            qv[d] = round_f16(q[0, h * head_dim + d])
-        acc = np.empty(head_dim_v, np.float32)
-        lanes = np.empty(F16_LANES, np.float32)
-        vkq = np.zeros(head_dim_v, np.float32)
-        M = np.float32(-np.inf)
-        S = np.float32(0.0)
-        for c in range(n_threads):
-            j0 = c * chunk
-            j1 = min(c * chunk + chunk, n_used)
-            if j0 >= j1:
-                continue          # only empty cells: S = 0, skipped by the reduction
-            Mc, Sc = _one_chunk_row(qv, p, kcache, vcache, kpos, (h // group) * head_dim,
-                                    (h // group) * head_dim_v, j0, j1, head_dim, head_dim_v,
-                                    scale, softcap, n_swa, causal, acc, lanes)
-            if Sc == 0.0:
-                continue
-            m_new = max(M, Mc)
-            s_old = np.float32(math.exp(M - m_new))
-            s_new = np.float32(math.exp(Mc - m_new))
-            for d in range(head_dim_v):
-                vkq[d] = fma_f32(vkq[d], s_old, acc[d] * s_new)
-            S = fma_f32(S, s_old, Sc * s_new)
-            M = m_new
-        if S != 0.0:
-            inv = np.float32(1.0) / S
-            for d in range(head_dim_v):
-                vkq[d] = vkq[d] * inv
+        _split_kv_head(np.int64(h), q, p, kcache, vcache, kpos, n_used, group, head_dim, head_dim_v, scale,
+                       softcap, n_swa, causal, n_threads, chunk, out)
+
+
+@njit(cache=True, boundscheck=False)
+def _split_kv_head(h, q, p, kcache, vcache, kpos, n_used, group, head_dim, head_dim_v, scale,
+                   softcap, n_swa, causal, n_threads, chunk, out):
+    """attention_split_kv's head h (a function of its own: see _one_chunk_job)."""
+    qv = np.empty(head_dim, np.float32)
+    for d in range(head_dim):
+        qv[d] = round_f16(q[0, h * head_dim + d])
+    acc = np.empty(head_dim_v, np.float32)
+    lanes = np.empty(F16_LANES, np.float32)
+    vkq = np.zeros(head_dim_v, np.float32)
+    M = np.float32(-np.inf)
+    S = np.float32(0.0)
+    for c in range(n_threads):
+        j0 = c * chunk
+        j1 = min(c * chunk + chunk, n_used)
+        if j0 >= j1:
+            continue          # only empty cells: S = 0, skipped by the reduction
+        Mc, Sc = _one_chunk_row(qv, p, kcache, vcache, kpos, (h // group) * head_dim,
+                                (h // group) * head_dim_v, j0, j1, head_dim, head_dim_v,
+                                scale, softcap, n_swa, causal, acc, lanes)
+        if Sc == 0.0:
+            continue
+        m_new = max(M, Mc)
+        s_old = np.float32(math.exp(M - m_new))
+        s_new = np.float32(math.exp(Mc - m_new))
         for d in range(head_dim_v):
-            out[0, h * head_dim_v + d] = vkq[d]
+            vkq[d] = fma_f32(vkq[d], s_old, acc[d] * s_new)
+        S = fma_f32(S, s_old, Sc * s_new)
+        M = m_new
+    if S != 0.0:
+        inv = np.float32(1.0) / S
+        for d in range(head_dim_v):
+            vkq[d] = vkq[d] * inv
+    for d in range(head_dim_v):
+        out[0, h * head_dim_v + d] = vkq[d]
 
 
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
@@ -335,90 +350,100 @@ def attention_tiled(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, he
             _key_tiles(kcache, n_kv, g * head_dim, head_dim, kf[g])
         else:
             _value_tiles(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
-    hdv_pad = n_chunks * FA_COLS
     n_blocks = (T + FA_ROWS - 1) // FA_ROWS
-    q_p, kf_p, vf_p = np.int64(q.ctypes.data), np.int64(kf.ctypes.data), np.int64(vf.ctypes.data)
-    qs = q.strides[0]
     for job in prange(n_head * n_blocks):
-        h = job // n_blocks
-        t0 = (job % n_blocks) * FA_ROWS
-        nr = min(FA_ROWS, T - t0)
-        g = h // group
-        kq = np.empty((FA_ROWS, FA_TILE_KV), np.float32)
-        acc = np.zeros((FA_ROWS, hdv_pad), np.float32)
-        kq_p, acc_p, kq_rs = np.int64(kq.ctypes.data), np.int64(acc.ctypes.data), FA_TILE_KV * 4
-        M = np.full(FA_ROWS, -np.inf, np.float32)
-        S = np.zeros(FA_ROWS, np.float32)
-        live = np.zeros(FA_ROWS, np.bool_)
-        for ic in range(0, n_kv, FA_TILE_KV):
-            ic1 = min(ic + FA_TILE_KV, n_kv)
-            seen = False
-            for r in range(nr):
-                for j in range(ic, ic1):
-                    if sees(kpos[j], qpos[t0 + r], n_swa, causal):
-                        seen = True
-                        break
-                if seen:
-                    break
-            if not seen:
-                continue
-            kq[:, :] = 0.0
-            k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
-            # the scores' fma chains run over head_dim in chunks of FA_DC, each chunk against
-            # every row of the block while its keys (FA_DC x FA_COLS) stay in L1; the chains
-            # pass through kq between chunks, which stores and reloads them exactly
-            for c0 in range(0, FA_TILE_KV, FA_COLS):
-                for d0 in range(0, head_dim, FA_DC):
-                    for r in range(0, nr, FA_R):
-                        _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
-                               k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
-                               kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
-            for r in range(nr):
-                p = qpos[t0 + r]
-                row = kq[r]
-                n_seen = 0
-                for tk in range(FA_TILE_KV):
-                    j = ic + tk
-                    if j < n_kv and sees(kpos[j], p, n_swa, causal):
-                        n_seen += 1
-                        if softcap != 0.0:
-                            row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
-                        else:
-                            row[tk] = row[tk] * np.float32(scale)
-                    else:
-                        row[tk] = np.float32(-np.inf)
-                live[r] = False                 # all cells masked: ggml skips the row
-                if n_seen == 0:
-                    continue
-                tile_max = row_max(row, 0, FA_TILE_KV)
-                live[r] = tile_max != -np.inf
-                if not live[r]:
-                    continue
-                m_new = max(M[r], tile_max)
-                if m_new > M[r]:
-                    ms = np.float32(math.exp(M[r] - m_new))
-                    for d in range(head_dim_v):
-                        acc[r, d] = acc[r, d] * ms
-                    S[r] = S[r] * ms
-                M[r] = m_new
-                total = _scores_exp(row, m_new)
-                S[r] = np.float32(np.float64(S[r]) + total)
-            v_tile = vf_p + (g * n_tiles + ic // FA_TILE_KV) * n_chunks * FA_TILE_KV * FA_COLS * 4
-            all_live = True
-            for r in range(nr):
-                all_live = all_live and live[r]
-            step = FA_R if all_live else 1
-            for c in range(n_chunks):           # a chunk of values against every row
-                for r in range(0, nr, step):
-                    if live[r]:
-                        _outer(min(step, nr - r), kq_p + r * kq_rs, kq_rs, 4,
-                               v_tile + c * FA_TILE_KV * FA_COLS * 4, FA_COLS * 4,
-                               acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
-        for r in range(nr):
-            inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
-            for d in range(head_dim_v):
-                out[t0 + r, h * head_dim_v + d] = acc[r, d] * inv
+        _tiled_block(job // n_blocks, (job % n_blocks) * FA_ROWS, q, qpos, kf, vf, kpos, n_kv, n_tiles,
+                     n_chunks, group, head_dim, head_dim_v, scale, softcap, n_swa, causal, out)
     # numba frees an array after its last use in the function, and the tiles above reach kf
     # and vf by raw address only: these uses keep them alive until here
+    keep_alive(kf)
+    keep_alive(vf)
+
+
+@njit(cache=True, boundscheck=False)
+def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, head_dim, head_dim_v,
+                 scale, softcap, n_swa, causal, out):
+    """attention_tiled's rows t0.. (FA_ROWS of them at most) of head h, over the key and value
+    tiles kf, vf (a function of its own: see _one_chunk_job)."""
+    T = q.shape[0]
+    nr = min(FA_ROWS, T - t0)
+    g = h // group
+    hdv_pad = n_chunks * FA_COLS
+    q_p, kf_p, vf_p = np.int64(q.ctypes.data), np.int64(kf.ctypes.data), np.int64(vf.ctypes.data)
+    qs = q.strides[0]
+    kq = np.empty((FA_ROWS, FA_TILE_KV), np.float32)
+    acc = np.zeros((FA_ROWS, hdv_pad), np.float32)
+    kq_p, acc_p, kq_rs = np.int64(kq.ctypes.data), np.int64(acc.ctypes.data), FA_TILE_KV * 4
+    M = np.full(FA_ROWS, -np.inf, np.float32)
+    S = np.zeros(FA_ROWS, np.float32)
+    live = np.zeros(FA_ROWS, np.bool_)
+    for ic in range(0, n_kv, FA_TILE_KV):
+        ic1 = min(ic + FA_TILE_KV, n_kv)
+        seen = False
+        for r in range(nr):
+            for j in range(ic, ic1):
+                if sees(kpos[j], qpos[t0 + r], n_swa, causal):
+                    seen = True
+                    break
+            if seen:
+                break
+        if not seen:
+            continue
+        kq[:, :] = 0.0
+        k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
+        # the scores' fma chains run over head_dim in chunks of FA_DC, each chunk against
+        # every row of the block while its keys (FA_DC x FA_COLS) stay in L1; the chains
+        # pass through kq between chunks, which stores and reloads them exactly
+        for c0 in range(0, FA_TILE_KV, FA_COLS):
+            for d0 in range(0, head_dim, FA_DC):
+                for r in range(0, nr, FA_R):
+                    _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
+                           k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
+                           kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
+        for r in range(nr):
+            p = qpos[t0 + r]
+            row = kq[r]
+            n_seen = 0
+            for tk in range(FA_TILE_KV):
+                j = ic + tk
+                if j < n_kv and sees(kpos[j], p, n_swa, causal):
+                    n_seen += 1
+                    if softcap != 0.0:
+                        row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
+                    else:
+                        row[tk] = row[tk] * np.float32(scale)
+                else:
+                    row[tk] = np.float32(-np.inf)
+            live[r] = False                 # all cells masked: ggml skips the row
+            if n_seen == 0:
+                continue
+            tile_max = row_max(row, 0, FA_TILE_KV)
+            live[r] = tile_max != -np.inf
+            if not live[r]:
+                continue
+            m_new = max(M[r], tile_max)
+            if m_new > M[r]:
+                ms = np.float32(math.exp(M[r] - m_new))
+                for d in range(head_dim_v):
+                    acc[r, d] = acc[r, d] * ms
+                S[r] = S[r] * ms
+            M[r] = m_new
+            total = _scores_exp(row, m_new)
+            S[r] = np.float32(np.float64(S[r]) + total)
+        v_tile = vf_p + (g * n_tiles + ic // FA_TILE_KV) * n_chunks * FA_TILE_KV * FA_COLS * 4
+        all_live = True
+        for r in range(nr):
+            all_live = all_live and live[r]
+        step = FA_R if all_live else 1
+        for c in range(n_chunks):           # a chunk of values against every row
+            for r in range(0, nr, step):
+                if live[r]:
+                    _outer(min(step, nr - r), kq_p + r * kq_rs, kq_rs, 4,
+                           v_tile + c * FA_TILE_KV * FA_COLS * 4, FA_COLS * 4,
+                           acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
+    for r in range(nr):
+        inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
+        for d in range(head_dim_v):
+            out[t0 + r, h * head_dim_v + d] = acc[r, d] * inv
     keep_alive(kf)
     keep_alive(vf)

@@ -41,7 +41,7 @@ def row_max(row, a, b):
 # would cost more than the work (each row is independent, so the split never changes a result).
 
 
-@njit(cache=True, boundscheck=False, inline="always")
+@njit(cache=True, boundscheck=False)
 def _rms_norm_row(x, w, eps, out):
     n = x.shape[0]
     s = 0.0
@@ -66,7 +66,7 @@ def rms_norm(x, w, eps, out):
             _rms_norm_row(x[t], w, eps, out[t])
 
 
-@njit(cache=True, boundscheck=False, inline="always")
+@njit(cache=True, boundscheck=False)
 def _rms_norm_heads_row(x, w, eps, n_heads, head_dim):
     for h in range(n_heads):
         base = h * head_dim
@@ -92,7 +92,7 @@ def rms_norm_heads(x, w, eps, n_heads, head_dim):
             _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
 
 
-@njit(cache=True, boundscheck=False, inline="always")
+@njit(cache=True, boundscheck=False)
 def _rope_angles_row(pos, theta_scale, cos_t, sin_t):
     """cos and sin of pos * theta_scale^i, the angle iterated in f32 (theta *= theta_scale)
     as ggml's rope cache does, not powed."""
@@ -103,7 +103,7 @@ def _rope_angles_row(pos, theta_scale, cos_t, sin_t):
         theta = np.float32(theta * theta_scale)
 
 
-@njit(cache=True, boundscheck=False, inline="always")
+@njit(cache=True, boundscheck=False)
 def _rope_row(x, n_heads, head_dim, n_rot, mode, cos_t, sin_t):
     half = n_rot // 2
     for h in range(n_heads):
@@ -171,7 +171,7 @@ def gelu_table():
     return g.astype(np.float16).astype(np.float32)
 
 
-@njit(cache=True, boundscheck=False, inline="always")
+@njit(cache=True, boundscheck=False)
 def _geglu_row(gate, up, table, out):
     for i in range(gate.shape[0]):
         g = gate[i]
@@ -271,7 +271,7 @@ def _v_expf_avx2(x):
     return s1 * s1 if an > np.float32(192.0) else y
 
 
-@njit(cache=True, boundscheck=False, error_model="numpy", inline="always")
+@njit(cache=True, boundscheck=False, error_model="numpy")
 def _swiglu_row(gate, up, out):
     n = gate.shape[0]
     n_vec = n - n % EXP_LANES

@@ -91,6 +91,33 @@ def dequantize_row(qtype, w, row, n_cols, out):
     dequantize_blocks(qtype, w, row * rb, n_cols // BLOCK_ELEMS[qtype], out, 0)
 
 
+_rows_for = {}
+
+
+def dequantize_row_for(qtypes):
+    """`dequantize_row` over the registry's formats in `qtypes` only (copy layouts are left
+    out: no row lookup reads them), one per set per process: each branch walks its format's
+    blocks through that format's own decoder. dequantize_row, given a runtime qtype, compiles
+    every format's decoder into its caller (a model's token lookup: 2-5 s of a cold start).
+    The name carries the set, so the disk cache keeps one entry per set (see core/llm/step.py)."""
+    key = frozenset(int(q) for q in qtypes if int(q) in formats.BY_ID)
+    if key not in _rows_for:
+        name = "dequantize_row__q" + "_".join(str(q) for q in sorted(key))
+        lines = [f"def {name}(qtype, w, row, n_cols, out):"]
+        for i, q in enumerate(sorted(key)):
+            fmt = formats.BY_ID[q]
+            be, bb = fmt.BLOCK_ELEMS, fmt.BLOCK_BYTES
+            lines += [f"    {'if' if i == 0 else 'elif'} qtype == {q}:   # {formats.name_of(fmt)}",
+                      f"        p = row * (n_cols // {be}) * {bb}",
+                      f"        for b in range(n_cols // {be}):",
+                      f"            _{q}.dequantize_block(w, p + b * {bb}, out, b * {be})"]
+        if not key:
+            lines.append("    pass")
+        fn = formats.compiled(lines, {f"_{q}": formats.BY_ID[q] for q in key}, globals())[name]
+        _rows_for[key] = njit(**JIT)(fn)
+    return _rows_for[key]
+
+
 @njit(**JIT, parallel=True)
 def _dequantize(qtype, w, n_rows, n_cols, out):
     for r in numba.prange(n_rows):

@@ -16,7 +16,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from dasllama.kernels.matmul import act_kind, dequantize_row, quantize_act
+from dasllama.kernels.matmul import act_kind, quantize_act
 from dasllama.kernels.attention import attention, store_kv
 from dasllama.kernels.ops import geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply, swiglu
 
@@ -207,12 +207,13 @@ def _rope_tables(positions, n_rot, layer_freq_base):
     return angles, layer_tab
 
 
-@njit(cache=True)
+@per_formats(inline="always")   # called once: see ONCE
 def _embed(tokens, net, x):
-    """x (T, n_embd) = the tokens' embedding rows, scaled where the family scales them."""
+    """x (T, n_embd) = the tokens' embedding rows, scaled where the family scales them
+    (dequantize_row: step.py's, over the set's formats only)."""
     e_off, e_qt, e_cols = net.embd[0], net.embd[1], net.embd[3]
     for t in range(tokens.shape[0]):
-        dequantize_row(e_qt, net.wbuf[e_off:], tokens[t], e_cols, x[t])
+        dequantize_row(e_qt, net.wbuf[e_off:], tokens[t], e_cols, x[t])  # noqa: F821  (step.py's)
     if net.shape.embd_scale != 1.0:
         _scale(x, np.float32(net.shape.embd_scale))
 

@@ -25,6 +25,7 @@ from numba import njit
 from dasllama.kernels.actq import quantize_act
 from dasllama.kernels.attention import attention
 from dasllama.kernels.matmul import matmul_for
+from dasllama.kernels.quants import dequantize_row_for
 
 from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
 
@@ -49,7 +50,7 @@ def step_for(qtypes):
 
 def _build(qtypes):
     tag = _tag(qtypes)
-    own = {"matmul": matmul_for(qtypes)}
+    own = {"matmul": matmul_for(qtypes), "dequantize_row": dequantize_row_for(qtypes)}
     module_globals = []
     for f, options in fw.PER_FORMATS:
         g = dict(f.__globals__)     # a copy: filled below with the set's own functions

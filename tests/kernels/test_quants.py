@@ -33,6 +33,21 @@ def test_dequantize_row_picks_one_row(qtype):
     np.testing.assert_array_equal(out, gguf_dequantize(qtype, w, n_rows)[3])
 
 
+def test_dequantize_row_for_a_set_decodes_each_of_its_formats():
+    """The per-set lookup a model's step links (gemma3's formats here) gives dequantize_row's
+    rows bit for bit, and leaves the row untouched for a format outside its set."""
+    n_rows, n_cols = 5, 512
+    row_of = Q.dequantize_row_for((Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.Q8_0_X16))
+    for qtype in (Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K):
+        w = random_weights(qtype, n_rows, n_cols, seed=2)
+        out = np.full(n_cols, np.nan, np.float32)
+        row_of(qtype, w, 3, n_cols, out)
+        np.testing.assert_array_equal(out, gguf_dequantize(qtype, w, n_rows)[3])
+    out = np.full(n_cols, np.nan, np.float32)
+    row_of(Q.F16, random_weights(Q.F16, n_rows, n_cols), 3, n_cols, out)
+    assert np.isnan(out).all()
+
+
 def test_row_bytes_matches_gguf_block_sizes():
     assert Q.row_bytes(Q.Q8_0, 640) == 20 * 34
     assert Q.row_bytes(Q.Q4_K, 2048) == 8 * 144
