@@ -4,7 +4,7 @@ conversion/qwenvl.py Qwen2VLVisionModel, conversion/qwen.py WhisperEncoderModel 
 UltravoxWhisperEncoderModel, conversion/base.py MmprojModel), which llama-mtmd-cli loads: no
 registry carries real vision- or audio-language weights.
 
-    python -m tests.mtmd_pairs gemma3|idefics3|qwen2vl|qwen25vl|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
+    python -m tests.mtmd_pairs gemma3|idefics3|qwen2vl|qwen25vl|qwen25o|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
 
 prints the model and mmproj paths. gemma3: `tiny` is a 2-layer 128-wide SigLIP on 224x224 images
 (16 image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256 tokens)
@@ -15,14 +15,16 @@ longest edge of 128; `real` is SmolVLM-256M's (12 layers, 768 wide, 512x512 tile
 patches; `real` is Qwen2-VL-2B's (32 layers, 1280 wide, 14 px patches). qwen25vl (Qwen2.5-VL's
 tower: RMS norms, gated SiLU MLPs, window attention, before the same text model): `tiny` is a
 2-layer 64-wide ViT of 28 px patches, windowed in its first layer (2 x 2 squares a window);
-`real` is Qwen2.5-VL-3B's (32 layers, 1280 wide, 3420 FFN, full attention every 8th). qwen2a (before a qwen2
+`real` is Qwen2.5-VL-3B's (32 layers, 1280 wide, 3420 FFN, full attention every 8th). qwen25o
+(Qwen2.5-Omni: one mmproj with both towers, qwen25vl's and qwen2a's, before a qwen2vl text
+model) takes the two towers' sizes. qwen2a (before a qwen2
 text model) and ultravox (before a llama): `tiny` is a 2-layer 64-wide Whisper-style encoder on
 128 mel bins; `real` is Whisper base's (6 layers, 512 wide, 80 mel bins). Either reads 3000 mel
 frames per 30 s window, as mtmd always gives them.
 """
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gguf
@@ -31,7 +33,7 @@ from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
 from tests import gguf_factory
 
-PROJECTORS = ("gemma3", "idefics3", "qwen2vl", "qwen25vl", "qwen2a", "ultravox")
+PROJECTORS = ("gemma3", "idefics3", "qwen2vl", "qwen25vl", "qwen25o", "qwen2a", "ultravox")
 AUDIO_TEXT_ARCH = {"qwen2a": "qwen2", "ultravox": "llama"}
 ULTRAVOX_STACK = 4   # the real 8 makes llama.cpp 0c1e570 abort on a 30 s window (187 vs 188 tokens)
 
@@ -122,6 +124,7 @@ QWEN25VL_SIZES = {
 }
 QWEN25VL_WA_PATTERN = {"tiny": 2, "real": 8}
 QWEN2VL_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+QWEN25O_SPECIALS = QWEN2VL_SPECIALS + ("<|audio_bos|>", "<|audio_eos|>")
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,7 @@ def write_pair(outdir, projector="gemma3", size="tiny", seed=0, wtype="F16"):
         return _write_audio_pair(Path(outdir), projector, AUDIO_SIZES[size], size, seed, wtype)
     if projector == "idefics3":
         return _write_idefics3_pair(Path(outdir), size, seed, wtype)
-    if projector in ("qwen2vl", "qwen25vl"):
+    if projector in ("qwen2vl", "qwen25vl", "qwen25o"):
         return _write_qwen2vl_pair(Path(outdir), size, seed, wtype, projector)
     tower = SIZES[size]
     outdir = Path(outdir)
@@ -222,7 +225,10 @@ def _write_qwen2vl_pair(outdir, size, seed, wtype, projector="qwen2vl"):
     vision markers, and a qwen2vl or qwen25vl mmproj."""
     tower = (QWEN2VL_SIZES if projector == "qwen2vl" else QWEN25VL_SIZES)[size]
     outdir.mkdir(parents=True, exist_ok=True)
-    vocab = _gemma3_vocab(outdir / "qwen2vl-mtmd-vocab.gguf", QWEN2VL_SPECIALS, CHATML_TEMPLATE)
+    if projector == "qwen25o":
+        vocab = _gemma3_vocab(outdir / "qwen25o-mtmd-vocab.gguf", QWEN25O_SPECIALS, CHATML_TEMPLATE)
+    else:
+        vocab = _gemma3_vocab(outdir / "qwen2vl-mtmd-vocab.gguf", QWEN2VL_SPECIALS, CHATML_TEMPLATE)
     model = gguf_factory.write_model(outdir, "qwen2vl", "F32", n_embd=tower.text_embd, n_layer=tower.text_layers,
                                      n_head=4, n_head_kv=2, n_ff=2 * tower.text_embd, seed=seed,
                                      vocab_from=vocab)
@@ -230,8 +236,9 @@ def _write_qwen2vl_pair(outdir, size, seed, wtype, projector="qwen2vl"):
         mmproj = _once(outdir / f"mmproj-qwen2vl-{size}-{wtype}-s{seed}.gguf", _write_qwen2vl_mmproj, tower, seed,
                        wtype)
     else:
-        mmproj = _once(outdir / f"mmproj-qwen25vl-{size}-{wtype}-s{seed}.gguf", _write_qwen25vl_mmproj, tower,
-                       QWEN25VL_WA_PATTERN[size], seed, wtype)
+        audio = replace(AUDIO_SIZES[size], text_embd=tower.text_embd) if projector == "qwen25o" else None
+        mmproj = _once(outdir / f"mmproj-{projector}-{size}-{wtype}-s{seed}.gguf", _write_qwen25vl_mmproj, tower,
+                       QWEN25VL_WA_PATTERN[size], seed, wtype, audio)
     return model, mmproj
 
 
@@ -248,18 +255,24 @@ def _write_qwen2vl_mmproj(path, tower, seed, wtype):
     _write_tensors(writer, _qwen2vl_tensors(tower), seed, wtype)
 
 
-def _write_qwen25vl_mmproj(path, tower, wa_pattern, seed, wtype):
+def _write_qwen25vl_mmproj(path, tower, wa_pattern, seed, wtype, audio=None):
     """As Qwen2VLVisionModel writes a qwen2_5_vl model: qwen2vl's keys with the qwen2.5vl_merger
-    type, use_silu and n_wa_pattern (from fullatt_block_indexes)."""
-    writer = _mmproj_writer(path, "qwen25vl", tower, wtype)
+    type, use_silu and n_wa_pattern (from fullatt_block_indexes); with an `audio` tower, as
+    Qwen25OmniModel writes Qwen2.5-Omni: qwen2a's audio keys and tensors too, and the one
+    projector type qwen2.5o (clip.cpp reads it as qwen2.5vl for the images, qwen2a for audio)."""
+    writer = _mmproj_writer(path, "qwen25o" if audio else "qwen25vl", tower, wtype)
     _vision_keys(writer, tower)
     writer.add_vision_image_mean([0.48145466, 0.4578275, 0.40821073])
     writer.add_vision_image_std([0.26862954, 0.26130258, 0.27577711])
-    writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN25VL)
+    writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN25O if audio else gguf.VisionProjectorType.QWEN25VL)
     writer.add_vision_use_silu(True)
     writer.add_vision_n_wa_pattern(wa_pattern)
     writer.add_vision_attention_layernorm_eps(1e-6)
-    _write_tensors(writer, _qwen25vl_tensors(tower), seed, wtype)
+    tensors = _qwen25vl_tensors(tower)
+    if audio:
+        _audio_keys(writer, audio)
+        tensors = [*tensors, *_audio_tensors("qwen2a", audio)]
+    _write_tensors(writer, tensors, seed, wtype)
 
 
 def _tensor_name(tensor, bid=None, suffix="weight"):
@@ -417,18 +430,24 @@ def _write_audio_mmproj(path, projector, tower, seed, wtype):
     MmprojModel, the projector type, mel bins, layer norm epsilon (and ultravox's stack factor);
     conv weights forced to F16, positions, biases and norms F32, other matrices in wtype."""
     writer = _mmproj_writer(path, projector, tower, wtype)
+    _audio_keys(writer, tower)
+    writer.add_clip_projector_type(projector)
+    if projector == "ultravox":
+        writer.add_audio_stack_factor(ULTRAVOX_STACK)
+    _write_tensors(writer, _audio_tensors(projector, tower), seed, wtype)
+
+
+def _audio_keys(writer, tower):
+    """MmprojModel's audio keys, and the mel bins and layer norm epsilon Qwen25AudioModel (and
+    the Whisper encoders' converters) add."""
     writer.add_clip_has_audio_encoder(True)
     writer.add_audio_projection_dim(tower.text_embd)
     writer.add_audio_embedding_length(tower.n_embd)
     writer.add_audio_feed_forward_length(tower.n_ff)
     writer.add_audio_block_count(tower.n_layer)
     writer.add_audio_head_count(tower.n_head)
-    writer.add_clip_projector_type(projector)
     writer.add_audio_num_mel_bins(tower.n_mel)
     writer.add_audio_attention_layernorm_eps(1e-5)
-    if projector == "ultravox":
-        writer.add_audio_stack_factor(ULTRAVOX_STACK)
-    _write_tensors(writer, _audio_tensors(projector, tower), seed, wtype)
 
 
 def _audio_tensors(projector, tower):

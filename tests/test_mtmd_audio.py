@@ -225,7 +225,7 @@ def test_audio_mmproj_for_another_family(pairs, tmp_path):
     llama = gguf_factory.write_model(tmp_path, "llama", "F32", n_embd=128, n_layer=1)
     mp3 = assets.or_skip(assets.mtmd_media, "test-2.mp3")
     r = run("-m", llama, "--mmproj", pairs["qwen2a"][1], "--audio", mp3, "-p", "hi")
-    assert r.exit_code == 1 and "'llama' model" in r.output and "(qwen2)" in r.output
+    assert r.exit_code == 1 and "'llama' model" in r.output and "(qwen2, qwen2vl)" in r.output
 
 
 def test_audio_with_an_image_only_mmproj(tmp_path):

@@ -154,3 +154,17 @@ def test_qwen2vl_greedy_tokens_match_llama_mtmd_cli(tmp_path, projector):
     photo.resize((300, 500)).save(tall)
     prompt = "Compare <__media__> with <__media__> please."
     assert_greedy_as_llama_mtmd_cli((model, mmproj), [wide, tall], prompt)
+
+
+def test_image_and_audio_in_one_turn_match_llama_mtmd_cli(tmp_path):
+    """Qwen2.5-Omni's layout: one mmproj with both towers (qwen2.5o: a qwen2.5vl image tower and
+    a qwen2a audio tower) before a qwen2vl text model; a clip, then an image, in command-line
+    order (each file's kind read from its bytes, as llama-mtmd-cli reads them): the audio's rows
+    at plain positions, the image's by row and column after them, the text after both. Seed 2:
+    a pair whose greedy reply changes when the two swap places (" recorded ..." / " dear ...")."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    model, mmproj = mtmd_pairs.write_pair(tmp_path, "qwen25o", "tiny", seed=2)
+    image = tmp_path / "test-1.png"
+    Image.open(assets.or_skip(assets.mtmd_media, "test-1.jpeg")).convert("RGB").resize((300, 200)).save(image)
+    clip = assets.or_skip(assets.mtmd_media, "test-2.mp3")
+    assert_greedy_as_llama_mtmd_cli((model, mmproj), [clip, image], "Hear <__media__> and see <__media__>.")

@@ -17,7 +17,7 @@ MROPE_PROJECTORS = ("qwen2vl_merger", "qwen2.5vl_merger")
 # the text families each projector's splice is made for (its markers, its non-causal media span)
 TEXT_FAMILIES = {"gemma3": ("gemma3",), "idefics3": ("llama",), "qwen2vl_merger": ("qwen2vl",),
                  "qwen2.5vl_merger": ("qwen2vl",),
-                 "qwen2a": ("qwen2",), "ultravox": ("llama",)}
+                 "qwen2a": ("qwen2", "qwen2vl"), "ultravox": ("llama",)}   # qwen2vl: Qwen2.5-Omni's
 
 
 class MmprojError(ValueError):
@@ -133,7 +133,7 @@ class Mmproj:
 
 
 def _supported():
-    return ", ".join(f"{p} ({m})" for p, m in SUPPORTED.items())
+    return ", ".join(f"{p} ({m})" for p, m in SUPPORTED.items()) + ", qwen2.5o (image and audio)"
 
 
 def _hparams(f, path):
@@ -145,6 +145,10 @@ def _hparams(f, path):
     has_audio = bool(f.get(Keys.Clip.HAS_AUDIO_ENCODER, False))
     v_proj = f.get(Keys.ClipVision.PROJECTOR_TYPE) or common
     a_proj = f.get(Keys.ClipAudio.PROJECTOR_TYPE) or common
+    if v_proj == "qwen2.5o":        # Qwen2.5-Omni's one type for both towers, as clip.cpp reads it
+        v_proj = "qwen2.5vl_merger"
+    if a_proj == "qwen2.5o":
+        a_proj = "qwen2a"
     if f.architecture != "clip" or (v_proj is None and a_proj is None):
         raise MmprojError(f"{path} is not an mmproj file (no {Keys.Clip.PROJECTOR_TYPE} key): pass "
                           "the mmproj GGUF written beside the model by llama.cpp's converter.")
