@@ -4,12 +4,16 @@ Durations are integers, so the waveform lengths must be equal; the samples agree
 rounding through ~60 layers (measured on joe-medium with the conv tiles of kernels/tts/conv.py:
 max |diff| 3e-5 to 7.4e-5, SNR 87-92 dB; 1.6e-5 and 98 dB over BLAS alone). Then our
 Whisper hears our speech back as the text."""
+import json
 import re
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from dasllama.core.tools import verify_tts
 from dasllama.core.tts import SynthesisError, VoiceError, load_voice, phonemize, synthesize
+from dasllama_cli.main import cli
 from tests import whisper_assets
 from tests.assets import or_skip
 
@@ -130,3 +134,17 @@ def test_unspeakable_text_is_one_sentence(voice):
         list(synthesize("   ", voice))
     with pytest.raises(SynthesisError, match="nothing speakable"):
         list(synthesize("... — ()", voice))
+
+
+def test_verify_cli_reports_parity_against_piper_tts(voice_path):
+    """`dasllama verify -m VOICE.onnx` runs piper-tts on the same phoneme ids at noise 0 and
+    judges the waveform by the bounds this file holds the engine to; --json says so."""
+    pytest.importorskip("piper")
+    result = CliRunner().invoke(cli, ["verify", "-m", str(voice_path), "-t", "2", "-p", SENTENCES[0], "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "parity" and report["reference"]["piper-tts"]
+    assert report["bounds"] == verify_tts.BOUNDS
+    (sentence,) = report["sentences"]
+    assert sentence["durations_match"] and sentence["durations_off"] == 0
+    assert sentence["max_abs_diff"] <= verify_tts.MAX_ABS_DIFF and sentence["snr_db"] >= verify_tts.MIN_SNR_DB
