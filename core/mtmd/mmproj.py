@@ -7,7 +7,7 @@ import numpy as np
 from gguf.constants import Keys
 
 from dasllama.formats.gguf import GGUFError, open_gguf
-from dasllama.kernels.quants import F16, F32, SUPPORTED as MATMUL_QTYPES, row_bytes, type_name
+from dasllama.kernels.quants import BF16, F16, F32, SUPPORTED as MATMUL_QTYPES, row_bytes, type_name
 
 # projector type -> the medium its tower takes
 SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2vl_merger": "image", "qwen2a": "audio",
@@ -98,6 +98,11 @@ class Mmproj:
     def media(self):
         """What the file's towers take: a tuple of "image" / "audio"."""
         return tuple(m for m, hp in (("image", self.vision), ("audio", self.audio)) if hp is not None)
+
+    @property
+    def quantised(self):
+        """Whether any matrix is in a quantised format (not F16 / F32 / BF16)."""
+        return any(t.qtype not in (F16, F32, BF16) for t in self.file.tensors.values())
 
     def f32(self, name):
         """A tensor as float32 in numpy order (GGUF ne reversed); F16 vectors are widened."""
