@@ -67,6 +67,15 @@ def bias_gelu_f16(x, bias):
                 row[j] = round_f16(gelu_one(round_f16(v)))
 
 
+@njit(**JIT)
+def round_rows_f16(x):
+    """x (T, n) <- x rounded to the nearest f16 (ties to even), in place, as ggml_cast to F16."""
+    n_rows, n_cols = x.shape
+    for t in range(n_rows):
+        for j in range(n_cols):
+            x[t, j] = round_f16(x[t, j])
+
+
 def bias_gelu_f16_ref(x, bias):
     y = x + bias
     h = y.astype(np.float16).astype(np.float64)

@@ -15,7 +15,8 @@ from dasllama.core.mtmd.siglip import Gemma3Tower, Idefics3Tower
 from dasllama.core.tools.ref_mtmd import mtmd_embeddings
 from dasllama.formats.image import ImageError, open_rgb
 from dasllama.kernels.vision import (avg_pool_tokens, avg_pool_tokens_ref, bias_gelu_f16, bias_gelu_f16_ref,
-                                    bias_gelu_quick, bias_gelu_quick_ref, rms_norm_rows, rms_norm_rows_ref)
+                                    bias_gelu_quick, bias_gelu_quick_ref, rms_norm_rows, rms_norm_rows_ref,
+                                    round_rows_f16)
 from tests import assets, mtmd_pairs
 
 # libmtmd runs flash attention with f16 K/V and ggml's f16 GELU table, and so do we; what is
@@ -127,6 +128,14 @@ def test_gelu_f16_table_kernel_matches_reference():
     assert np.mean(x == ref) > 0.999
     np.testing.assert_allclose(x, ref, rtol=1e-3, atol=6e-8)
     assert np.all(x[ref == 0] == 0)
+
+
+def test_f16_rounding_kernel_is_numpys():
+    x = np.random.default_rng(1).normal(0.0, 3.0, (16, 300)).astype(np.float32)
+    x[0, :4] = (1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 70000.0, 1e-8)    # two ties, overflow, subnormal
+    ref = x.astype(np.float16).astype(np.float32)
+    round_rows_f16(x)
+    np.testing.assert_array_equal(x, ref)
 
 
 def test_gelu_quick_kernel_matches_reference():

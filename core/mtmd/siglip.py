@@ -23,7 +23,7 @@ from dasllama.kernels import rowgroups, sidecar
 from dasllama.kernels.matmul import matmul_f32
 from dasllama.kernels.quants import BLOCK_BYTES, BLOCK_ELEMS, F16, F32
 from dasllama.kernels.speech.encoder_ops import bias_gelu, encoder_attention, layer_norm
-from dasllama.kernels.vision import avg_pool_tokens, bias_gelu_f16, patch_rows, rms_norm_rows
+from dasllama.kernels.vision import avg_pool_tokens, bias_gelu_f16, patch_rows, rms_norm_rows, round_rows_f16
 
 from .mmproj import MmprojError
 
@@ -151,7 +151,7 @@ class PreNormTower:
         n = qkv.shape[1] // 3
         qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
         qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
-        qkv_t[n:] = qkv_t[n:].astype(np.float16)               # libmtmd's flash attention casts K, V to f16
+        self._on_rows(round_rows_f16, qkv_t[n:])               # libmtmd's flash attention casts K, V to f16
         return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
 
 
