@@ -12,7 +12,7 @@ from dasllama.core.tools import verdict
 from dasllama.core.tools.verify_llm import (DEFAULT_DRIFT_BOUND, DEFAULT_TIE_GAP, FAILING, VERDICTS,
                                             WORST_FIRST, verify_prompts)
 from dasllama.core.asr.model import is_whisper_model
-from dasllama.core.tools.verify_mtmd import DEFAULT_EMBD_BOUND
+from dasllama.core.tools.verify_mtmd import DEFAULT_EMBD_BOUND, QUANTISED_EMBD_BOUND
 
 from .errors import USER_ERRORS
 from .options import THREADS, FiniteFloat, complete_model_names, media_option, model_name
@@ -71,8 +71,9 @@ class SetupError(click.ClickException):
               help="A multimodal turn: the model's mmproj GGUF; its towers' embeddings are compared with "
                    "libmtmd's, the turn's greedy text with llama-mtmd-cli's (-p the prompt, one).")
 @media_option("--mmproj: ")
-@click.option("--embd-bound", default=DEFAULT_EMBD_BOUND, show_default=True, type=FiniteFloat(0, min_open=True),
-              help="--mmproj: the largest relative error of a tower's embeddings against libmtmd's.")
+@click.option("--embd-bound", type=FiniteFloat(0, min_open=True),
+              help="--mmproj: the largest relative error of a tower's embeddings against libmtmd's "
+                   f"[default: {DEFAULT_EMBD_BOUND:g}, {QUANTISED_EMBD_BOUND:g} for a quantised mmproj].")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on near-ties too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON report instead of text.")
 def verify_cmd(audio, model_path, asr, prompts, n_predict, ref, speaker, ref_bin, ref_model, threads, ctx_size,

@@ -11,7 +11,7 @@ from dasllama.core.mtmd.media import load_media, split_paths
 from dasllama.core.mtmd.mmproj import MmprojError
 from dasllama.core.mtmd.turn import Audio, Vision
 from dasllama.core.tools.ref_mtmd import ReferenceError, llama_cpp_dir
-from dasllama.core.tools.verify_mtmd import DEFAULT_PROMPT, verify_turn
+from dasllama.core.tools.verify_mtmd import DEFAULT_PROMPT, default_embd_bound, verify_turn
 from dasllama.formats.audio import AudioError
 from dasllama.formats.image import ImageError
 
@@ -30,6 +30,7 @@ def verify_mtmd(setup_error, model_path, mmproj_path, media, prompts, n_predict,
         model = load(model_path, n_ctx=ctx_size, n_threads=threads, n_batch=max(512, ctx_size // 4), quiet=True)
         vision = Vision(mmproj_path, model, threads)
         vision.check(len(media) - n_audio, n_audio)
+        embd_bound = embd_bound or default_embd_bound(vision.mm)
         click.echo(f"verify: {model.path} with {mmproj_path} against libmtmd and llama-mtmd-cli "
                    f"({ref_root}), {model.n_threads} threads", err=True)
         with tempfile.TemporaryDirectory(prefix="dasllama-verify-") as workdir:

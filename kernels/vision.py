@@ -4,7 +4,9 @@ beside the numba kernels (tests compare them)."""
 import numpy as np
 from numba import njit, prange
 
+from .actq import round_f16
 from .quants import JIT
+from .speech.encoder_ops import gelu_one
 
 
 def patch_rows(image, patch):
@@ -45,6 +47,41 @@ def rms_norm_rows(x, w, eps, out):
         inv = np.float32(1.0) / np.sqrt(acc / np.float32(n) + np.float32(eps))
         for j in range(n):
             out[t, j] = x[t, j] * inv * w[j]
+
+
+@njit(**JIT, fastmath={"contract"})
+def bias_gelu_f16(x, bias):
+    """x (T, n) <- gelu(x + bias) in place, as ggml's CPU gives it (GGML_GELU_FP16, which
+    SigLIP's towers run through): 0 at or below -10, the value itself at or above 10, and
+    between, its f16 table: the tanh GELU of the value rounded to f16, rounded to f16."""
+    n_rows, n_cols = x.shape
+    for t in range(n_rows):
+        row = x[t]
+        for j in range(n_cols):
+            v = row[j] + bias[j]
+            if v <= np.float32(-10.0):
+                row[j] = np.float32(0.0)
+            elif v >= np.float32(10.0):
+                row[j] = v
+            else:
+                row[j] = round_f16(gelu_one(round_f16(v)))
+
+
+@njit(**JIT)
+def round_rows_f16(x):
+    """x (T, n) <- x rounded to the nearest f16 (ties to even), in place, as ggml_cast to F16."""
+    n_rows, n_cols = x.shape
+    for t in range(n_rows):
+        for j in range(n_cols):
+            x[t, j] = round_f16(x[t, j])
+
+
+def bias_gelu_f16_ref(x, bias):
+    y = x + bias
+    h = y.astype(np.float16).astype(np.float64)
+    g = 0.5 * h * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * h * (1.0 + 0.044715 * h * h)))
+    g = g.astype(np.float32).astype(np.float16).astype(np.float32)
+    return np.where(y <= -10, np.float32(0), np.where(y >= 10, y, g)).astype(np.float32)
 
 
 def avg_pool_tokens_ref(x, side, k):

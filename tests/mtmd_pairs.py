@@ -5,6 +5,7 @@ UltravoxWhisperEncoderModel, conversion/base.py MmprojModel), which llama-mtmd-c
 registry carries real vision- or audio-language weights.
 
     python -m tests.mtmd_pairs gemma3|idefics3|qwen2vl|qwen25vl|qwen25o|qwen2a|ultravox OUTDIR [--size tiny|real] [--seed N]
+                               [--wtype F16|F32|Q8_0]
 
 prints the model and mmproj paths. gemma3: `tiny` is a 2-layer 128-wide SigLIP on 224x224 images
 (16 image tokens); `real` is Gemma 3's own SigLIP (27 layers, 1152 wide, 896x896, 256 tokens)
@@ -358,12 +359,25 @@ def _vision_keys(writer, tower):
 
 def _write_tensors(writer, tensors, seed, wtype):
     """Random tensors for (name, numpy shape, kind) rows: matrices in wtype, conv weights F16
-    (the converter forces them), the rest F32; then the file, closed."""
+    (the converter forces them), the rest F32; then the file, closed. For Q8_0 (the converter's
+    `--outtype q8_0`), as its rules leave them: gemma3's input projection F16, a patch conv F32,
+    a matrix whose rows do not split into 32-element blocks F16."""
     rng = np.random.default_rng(seed + 1)
     for name, shape, kind in tensors:
         data = _random(rng, name, shape)
         if kind == "conv" or (kind == "matrix" and wtype == "F16"):
             data = data.astype(np.float16)
+        elif kind == "matrix" and wtype == "Q8_0":
+            if "input_projection" in name:
+                data = data.astype(np.float16)
+            elif ".patch_embd." not in name:
+                try:
+                    qdata = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+                except gguf.QuantError:
+                    data = data.astype(np.float16)
+                else:
+                    writer.add_tensor(name, qdata, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+                    continue
         writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -371,12 +385,16 @@ def _write_tensors(writer, tensors, seed, wtype):
     writer.close()
 
 
+FILE_TYPES = {"F16": gguf.LlamaFileType.MOSTLY_F16, "F32": gguf.LlamaFileType.ALL_F32,
+              "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+
+
 def _mmproj_writer(path, projector, tower, wtype):
     """A GGUFWriter with the keys every mmproj the converter writes starts with."""
     writer = gguf.GGUFWriter(str(path), "clip")
     writer.add_type(gguf.GGUFType.MMPROJ)
     writer.add_name(f"dasllama random {projector} mmproj {tower.n_embd}x{tower.n_layer}")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if wtype == "F16" else gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(FILE_TYPES[wtype])
     return writer
 
 
@@ -493,8 +511,9 @@ def main(argv=None):
     ap.add_argument("outdir")
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--wtype", choices=("F16", "F32"), default="F16",
-                    help="type of the tower's matrices (the converter's default is F16)")
+    ap.add_argument("--wtype", choices=sorted(FILE_TYPES), default="F16",
+                    help="type of the tower's matrices (the converter's default is F16; Q8_0 as its "
+                         "--outtype q8_0 writes them)")
     args = ap.parse_args(argv)
     model, mmproj = write_pair(args.outdir, args.projector, args.size, args.seed, args.wtype)
     print(model)

@@ -115,6 +115,14 @@ def test_greedy_tokens_match_llama_mtmd_cli(pair):
     assert_greedy_as_llama_mtmd_cli(pair, [image], prompt)
 
 
+def test_q8_0_greedy_tokens_match_llama_mtmd_cli(tmp_path):
+    """The same turn on the pair's weights in Q8_0 (the converter's --outtype q8_0)."""
+    assets.or_skip(assets.llama_mtmd_bin)
+    image = assets.or_skip(assets.mtmd_media, "test-1.jpeg")
+    pair = mtmd_pairs.write_pair(tmp_path, "gemma3", "tiny", wtype="Q8_0")
+    assert_greedy_as_llama_mtmd_cli(pair, [image], "What is in the picture?")
+
+
 def test_idefics3_greedy_tokens_match_llama_mtmd_cli(idefics3_pair, tmp_path):
     """An idefics3 (SmolVLM) turn: 2 x 2 tiles and the overview, each after the tokens mtmd puts
     before it (<fake_token_around_image><row_R_col_C>, a newline token between rows, a

@@ -7,7 +7,7 @@ import numpy as np
 from gguf.constants import Keys
 
 from dasllama.formats.gguf import GGUFError, open_gguf
-from dasllama.kernels.quants import F16, F32
+from dasllama.kernels.quants import BF16, F16, F32, SUPPORTED as MATMUL_QTYPES, row_bytes, type_name
 
 # projector type -> the medium its tower takes
 SUPPORTED = {"gemma3": "image", "idefics3": "image", "qwen2vl_merger": "image", "qwen2.5vl_merger": "image",
@@ -104,6 +104,11 @@ class Mmproj:
         """What the file's towers take: a tuple of "image" / "audio"."""
         return tuple(m for m, hp in (("image", self.vision), ("audio", self.audio)) if hp is not None)
 
+    @property
+    def quantised(self):
+        """Whether any matrix is in a quantised format (not F16 / F32 / BF16)."""
+        return any(t.qtype not in (F16, F32, BF16) for t in self.file.tensors.values())
+
     def f32(self, name):
         """A tensor as float32 in numpy order (GGUF ne reversed); F16 vectors are widened."""
         info = self._info(name)
@@ -114,14 +119,19 @@ class Mmproj:
         return data if info.qtype == F32 else data.astype(np.float32)
 
     def matrix(self, name):
-        """A weight matrix (n_rows, n_cols) as (qtype, raw rows) for the matmul kernels."""
+        """A weight matrix (n_rows, n_cols) as (qtype, rows) for the matmul kernels: float16 or
+        float32 rows, or for a quantised format (a Q8_0 mmproj, as the converter's
+        `--outtype q8_0` writes it) its raw blocks, uint8 (n_rows, row bytes)."""
         info = self._info(name)
-        if info.qtype not in (F16, F32):
-            raise MmprojError(f"{self.path}: tensor {name} is {info.type_name}; dasllama reads "
-                              "mmproj matrices in F16 or F32.")
-        dtype = np.float16 if info.qtype == F16 else np.float32
-        rows = self.file.tensor_bytes(name).view(dtype).reshape(tuple(reversed(info.shape)))
-        return info.qtype, rows
+        n_cols, n_rows = info.shape[0], int(np.prod(info.shape[1:]))
+        if info.qtype not in MATMUL_QTYPES:
+            raise MmprojError(f"{self.path}: tensor {name} is {info.type_name}; dasllama reads mmproj "
+                              f"matrices in {', '.join(type_name(q) for q in MATMUL_QTYPES)}.")
+        raw = self.file.tensor_bytes(name)
+        if info.qtype in (F16, F32):
+            rows = raw.view(np.float16 if info.qtype == F16 else np.float32)
+            return info.qtype, rows.reshape(tuple(reversed(info.shape)))
+        return info.qtype, raw.view(np.uint8).reshape(n_rows, row_bytes(info.qtype, n_cols))
 
     def _info(self, name):
         info = self.file.tensors.get(name)

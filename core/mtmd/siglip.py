@@ -4,8 +4,10 @@ non-causal attention, GELU MLP), a final layer norm; then for gemma3 a k x k ave
 patch grid, an RMS norm and the input projection to the text model's width, for idefics3
 (SmolVLM) a k x k pixel shuffle and one linear map.
 
-Every weight product runs on dasllama's matmul kernels in the file's type (F16 or F32), so x
-is rounded as ggml rounds it; the attention products are float32 BLAS tiles on a thread pool,
+Every weight product runs on dasllama's matmul kernels in the file's type (F16, F32, or a
+quantised format such as a Q8_0 mmproj's), so x is rounded or quantised as ggml does it; a
+quantised matrix multiplies through the copy the LLM's prefill takes (kernels/rowgroups.py:
+Q8_0 rows in groups of 16, VNNI int8 dots), bit for bit the file's kernels' result; the attention products are float32 BLAS tiles on a thread pool,
 as the Whisper encoder's are. The products too are shared out on that pool, in row blocks, each
 with numba single-threaded: once a text model has run, numba's parallel regions run on libgomp
 (core.runtime.threads.DECODE_LAYERS), and a (1500, 2048) F16 product took 0.75 s there against
@@ -17,9 +19,13 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from dasllama.kernels import rowgroups, sidecar
 from dasllama.kernels.matmul import matmul_f32
+from dasllama.kernels.quants import BLOCK_BYTES, BLOCK_ELEMS, F16, F32
 from dasllama.kernels.speech.encoder_ops import bias_gelu, encoder_attention, layer_norm
-from dasllama.kernels.vision import avg_pool_tokens, patch_rows, rms_norm_rows
+from dasllama.kernels.vision import avg_pool_tokens, bias_gelu_f16, patch_rows, rms_norm_rows, round_rows_f16
+
+from .mmproj import MmprojError
 
 Q_CHUNK = 256    # queries per attention tile: a tile's scores (256, n_patches) stay in cache
 ROW_BLOCK = 128  # tokens per product block on the pool: several blocks a thread, for a shared core
@@ -27,14 +33,19 @@ ROW_BLOCK = 128  # tokens per product block on the pool: several blocks a thread
 
 class Weight:
     """A matrix (n_rows, n_cols) in its file type, y = x W^T (+ b) through the matmul kernels;
-    with a `pool` (set by the tower) the tokens go in row blocks over it."""
+    `rows` float16 / float32 (n_rows, n_cols) or a quantised format's blocks, uint8 (n_rows,
+    row bytes). With a `pool` (set by the tower) the tokens go in row blocks over it; blocks
+    of `copy_min` tokens or more multiply through the batch copy, where the format has one."""
 
     def __init__(self, qtype, rows, bias=None):
         self.qtype = qtype
         self.n_rows, self.n_cols = rows.shape
+        if rows.dtype == np.uint8:
+            self.n_cols = self.n_cols // BLOCK_BYTES[qtype] * BLOCK_ELEMS[qtype]
         self.raw = np.ascontiguousarray(rows).reshape(-1).view(np.uint8)
         self.bias = bias
         self.pool = None
+        self.copy_layout, self.copy, self.copy_min = batch_copy(qtype, self.raw, self.n_rows, self.n_cols)
 
     def __call__(self, x):                                   # (T, n_cols) -> (T, n_rows)
         if self.pool is None or len(x) <= ROW_BLOCK:
@@ -47,11 +58,35 @@ class Weight:
         return y
 
     def _product(self, x):
+        if self.copy is not None and len(x) >= self.copy_min:
+            return matmul_f32(self.copy_layout, self.copy, self.n_rows, self.n_cols, x)
         return matmul_f32(self.qtype, self.raw, self.n_rows, self.n_cols, x)
 
     def _product_alone(self, x):
         numba.set_num_threads(1)             # per thread: this pool's threads are the parallelism
         return self._product(x)
+
+
+_layouts = None   # {(qtype, phase): copy name}, as the LLM's weight copies take them
+
+
+def batch_copy(qtype, blocks, n_rows, n_cols):
+    """(layout, copy bytes, smallest batch it serves) of a quantised matrix, the copy the LLM's
+    prefill multiplies through (rowgroups.LAYOUT_DEFAULTS, or the tuner's or a pin's choice),
+    or (None, None, 0) where the format or this CPU has none, or the copy declines the rows."""
+    global _layouts
+    if qtype in (F16, F32):
+        return None, None, 0
+    if _layouts is None:
+        _layouts = sidecar.layouts_in_force(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices)
+    name = _layouts.get((qtype, "prefill"), "file")
+    if name not in rowgroups.layout_choices(qtype, "prefill"):
+        return None, None, 0
+    layout = rowgroups.copy_layout(qtype, n_rows, name)
+    copy = None if layout is None else rowgroups.make_copy(qtype, blocks, n_rows, n_cols, name=name)
+    if copy is None:
+        return None, None, 0
+    return layout, copy, max(2, rowgroups.min_tokens(layout))
 
 
 def share_out(weights, pool):
@@ -96,26 +131,38 @@ class PreNormTower:
         x = x + layer.out(self._attention(layer.qkv(h)))
         h = self._layer_norm(x, *layer.ln2)
         f = layer.up(h)
-        self.gelu(f, layer.up_bias)
+        self._on_rows(self.gelu, f, layer.up_bias)
         return x + layer.down(f)
 
     def _layer_norm(self, x, w, b):
         x = np.ascontiguousarray(x)
         out = np.empty_like(x)
-        layer_norm(x, w, b, self.hparams.eps, out)
+        self._on_rows(layer_norm, x, w, b, self.hparams.eps, out=out)
         return out
+
+    def _on_rows(self, kernel, x, *args, out=None):
+        """kernel(x[block], *args[, out[block]]) for blocks of ROW_BLOCK rows of x (T, n) on the
+        pool: the row kernels (GELU, layer norm) are single-threaded and release the GIL, and on
+        the calling thread alone they were 0.3 s of the audio tower's 1.7 (2026-12-06, loaded)."""
+        def block(t):
+            rows = slice(t, t + ROW_BLOCK)
+            kernel(x[rows], *args, *(() if out is None else (out[rows],)))
+
+        list(self.pool.map(block, range(0, len(x), ROW_BLOCK)))
 
     def _attention(self, qkv):                                # (T, 3 n) -> (T, n)
         """Non-causal softmax(q k^T / sqrt(d)) v per head, in (head, query chunk) tiles."""
         n = qkv.shape[1] // 3
         qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
         qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
+        self._on_rows(round_rows_f16, qkv_t[n:])               # libmtmd's flash attention casts K, V to f16
         return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
 
 
 class SiglipTower(PreNormTower):
     """The SigLIP ViT from an open Mmproj, its projector loaded by the subclass (`_load_projector`):
     `_vit(image)` gives the post-norm patch states (n_patches, n_embd) of one square image."""
+    gelu = staticmethod(bias_gelu_f16)     # ggml's f16 GELU table, as libmtmd runs it
 
     def __init__(self, mm, n_threads=None):
         hp = self.hparams = mm.hparams
@@ -146,6 +193,9 @@ class Gemma3Tower(SiglipTower):
     def _load_projector(self, mm):
         self.soft_emb_norm = mm.f32("mm.soft_emb_norm.weight")
         qt, proj = mm.matrix("mm.input_projection.weight")        # (n_embd, n_embd_text)
+        if qt not in (F16, F32):   # the converter forces it to F16: ggml cannot transpose blocks
+            raise MmprojError(f"{mm.path}: mm.input_projection.weight is quantised; llama.cpp's "
+                              "converter writes it in F16, as gemma3's projector needs it.")
         self.proj = Weight(qt, np.ascontiguousarray(proj.T))       # ggml multiplies its transpose
 
     def encode(self, image):

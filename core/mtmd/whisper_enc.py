@@ -60,9 +60,9 @@ class AudioTower(PreNormTower):
         hp = self.hparams
         with threadpool_limits(1):        # BLAS runs single-threaded inside the pool's tiles
             x = self.conv1(conv3_windows(mel, 1))                               # (3000, n_embd)
-            bias_gelu_erf(x, self.conv1_bias)
+            self._on_rows(bias_gelu_erf, x, self.conv1_bias)
             x = self.conv2(conv3_windows(np.ascontiguousarray(x.T), 2))          # (1500, n_embd)
-            bias_gelu_erf(x, self.conv2_bias)
+            self._on_rows(bias_gelu_erf, x, self.conv2_bias)
             n_pos = len(x)
             if len(self.pos) < n_pos:
                 raise ValueError(f"the tower has {len(self.pos)} positions for {n_pos} frames")
