@@ -27,7 +27,7 @@ from numba import njit, prange
 from numba.extending import intrinsic
 
 from ..cpu import llvm_has
-from ..ir import I8, I16, I64, Gen, i64_call
+from ..ir import I8, I16, I32, I64, Gen, i64_call, vec
 from ..quants import JIT
 from ..simd import _loop
 
@@ -132,6 +132,44 @@ def amx_tile(m_tiles, n_tiles):
     return tile
 
 
+def transpose_tile():
+    """numba intrinsic transpose(src, src_rs, dst, dst_rs), addresses and strides in bytes as
+    int64: the 16 x 16 int32 at src into dst turned around (dst[c][r] = src[r][c]), in
+    registers: four rounds of shuffles, each swapping one bit of the row with that of the
+    column (the scalar loop it replaces read a column a lane at a time)."""
+    name = "dasllama_amx_transpose16"
+    if name in _tiles:
+        return _tiles[name]
+    vi = vec(I32, 16)
+
+    def emit(b, args):
+        g = Gen(b)
+        src, src_rs, dst, dst_rs = args
+        s_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (src, dst))
+        rows = [g.load(s_p, b.mul(g.c(I64, r), src_rs), vi) for r in range(16)]
+        for bit in (8, 4, 2, 1):
+            lo = [j if not j & bit else j - bit + 16 for j in range(16)]
+            hi = [j + bit if not j & bit else j + 16 for j in range(16)]
+            new = list(rows)
+            for i in range(16):
+                if i & bit:
+                    continue
+                new[i] = g.shuffle(rows[i], rows[i + bit], lo)
+                new[i + bit] = g.shuffle(rows[i], rows[i + bit], hi)
+            rows = new
+        for r in range(16):
+            ptr = b.bitcast(g.at(d_p, b.mul(g.c(I64, r), dst_rs)), vi.as_pointer())
+            b.store(rows[r], ptr).align = 4
+
+    @intrinsic
+    def transpose(typingctx, src, src_rs, dst, dst_rs):
+        return i64_call(4, name, emit)
+
+    transpose._set_uuid(f"dasllama.amx.{name}")
+    _tiles[name] = transpose
+    return transpose
+
+
 # --- packing ---------------------------------------------------------------------------------
 
 def pack_weights(rows, n_taps, c_in):
@@ -190,6 +228,7 @@ def scaled_conv_kernel(m_tiles, n_tiles):
     if key in _kernels:
         return _kernels[key]
     tile = amx_tile(m_tiles, n_tiles)
+    transpose = transpose_tile()
     span, rows = TILE * m_tiles, TILE * n_tiles
 
     @njit(**PAR)
@@ -217,11 +256,11 @@ def scaled_conv_kernel(m_tiles, n_tiles):
             for s in range((t1 - t0 + span - 1) // span):
                 tile(xa + (t0 + s * span) * x_rs, x_rs, wa + (r0 // TILE) * b_blk, b_blk,
                      acc.ctypes.data, n_kb, n_taps, dilation * x_rs)
-                for t in range(span):
-                    row = acc[t]
-                    col = s * span + t
-                    for r in range(rows):
-                        acc_t[r, col] = row[r]
+                for i in range(m_tiles):             # acc's 16 x 16 blocks turned into acc_t
+                    for j in range(n_tiles):
+                        transpose(acc.ctypes.data + (16 * i * rows + 16 * j) * 4, rows * 4,
+                                  acc_t.ctypes.data + (16 * j * span * GROUP + s * span + 16 * i) * 4,
+                                  span * GROUP * 4)
             for r in range(rows):               # 1-D views: numba vectorises these
                 n = r0 + r
                 a, z, b = base[n], zero[n], bias[n]
