@@ -11,7 +11,6 @@ import numpy as np
 from numba import njit, prange, vectorize
 
 from ..quants import JIT
-from .conv import conv1d_tiled, tiled
 
 MIN_BIN_WIDTH = 1e-3       # VITS transforms.py defaults
 MIN_BIN_HEIGHT = 1e-3
@@ -46,91 +45,43 @@ def conv1d(x, taps, bias, pads, dilation=1, groups=1):
     return out
 
 
-@njit(**JIT)
-def _overlap_rows(taps, stride, pad_left, bias, out, c):
-    """Row c of overlap_add."""
-    c_out, k, n_in = taps.shape
-    n_out = out.shape[1]
-    row = out[c]
-    for j in range(n_out):
-        row[j] = 0.0
-    for tap in range(k):
-        i_lo = max(0, -((tap - pad_left) // stride))                 # first i landing at >= 0
-        i_hi = min(n_in, (n_out - 1 + pad_left - tap) // stride + 1)
-        for i in range(i_lo, i_hi):
-            row[i * stride + tap - pad_left] += taps[c, tap, i]
-    if bias.shape[0] == c_out:
-        b = bias[c]
-        for j in range(n_out):
-            row[j] += b
-
-
 @njit(**JIT, parallel=True)
 def overlap_add(taps, stride, pad_left, bias, out):
     """A transposed conv's products taps (C, K, T) laid into out (C, N): position
     i * stride + tap - pad_left gets taps[c, tap, i], summed from zero in tap order, then
     + bias[c] (unless bias is empty): the bits of K strided numpy adds into zeros and a bias
-    add, each row done while it is in cache; rows split over numba's threads."""
-    for c in prange(taps.shape[0]):
-        _overlap_rows(taps, stride, pad_left, bias, out, c)
-
-
-@njit(**JIT)
-def overlap_add_serial(taps, stride, pad_left, bias, out):
-    """overlap_add on the calling thread, for callers that run on threads of their own
-    (Piper's decoder chunks: numba's parallel region entered from two pool threads at once
-    cost ~40x its work on a loaded host)."""
-    for c in range(taps.shape[0]):
-        _overlap_rows(taps, stride, pad_left, bias, out, c)
+    add, each row done while it is in cache."""
+    c_out, k, n_in = taps.shape
+    n_out = out.shape[1]
+    with_bias = bias.shape[0] == c_out
+    for c in prange(c_out):
+        row = out[c]
+        for j in range(n_out):
+            row[j] = 0.0
+        for tap in range(k):
+            i_lo = max(0, -((tap - pad_left) // stride))                 # first i landing at >= 0
+            i_hi = min(n_in, (n_out - 1 + pad_left - tap) // stride + 1)
+            for i in range(i_lo, i_hi):
+                row[i * stride + tap - pad_left] += taps[c, tap, i]
+        if with_bias:
+            b = bias[c]
+            for j in range(n_out):
+                row[j] += b
 
 
 _NO_BIAS = np.zeros(0, np.float32)
 
 
-_phase_cache = {}
-
-
-def phase_taps(weight, stride):
-    """A transposed conv's weight (C_in, C_out, K), K a multiple of stride, as `stride`
-    phases of plain conv taps (K / stride, C_out, C_in): output j = q * stride + r - pad takes
-    sum_m weight[:, :, r + stride * m] . x[:, q - m], a conv over x padded by K / stride - 1
-    either side with the phase's taps in reverse."""
-    key = (id(weight), stride)
-    if key not in _phase_cache:
-        c_in, c_out, k = weight.shape
-        m = k // stride
-        taps = [np.ascontiguousarray(weight[:, :, r::stride][:, :, ::-1].transpose(2, 1, 0), dtype=np.float32)
-                for r in range(stride)]
-        _phase_cache[key] = (taps, weight)
-    return _phase_cache[key][0]
-
-
 def conv_transpose1d(x, weight, bias, stride, pad, pad_right=None):
     """x (C_in, T), weight (C_in, C_out, K) -> (C_out, (T - 1) * stride + K - pad - pad_right),
-    pad_right = pad unless given. Where K is a multiple of the stride and C_out of the conv
-    tiles' rows, as `stride` plain convs on the tiles (phase_taps), interleaved: the BLAS
-    product and overlap-add wrote and read K / stride times the output (an 8-tap, stride-4
-    upsampling: ~15 MB a decoder chunk) and took ~40 % of a Piper sentence on a busy host."""
+    pad_right = pad unless given."""
     c_in, c_out, k = weight.shape
     n_in = x.shape[1]
-    n_out = (n_in - 1) * stride + k - pad - (pad if pad_right is None else pad_right)
-    if k % stride == 0 and tiled(weight.transpose(2, 1, 0)):
-        m = k // stride
-        out = np.empty((c_out, n_out), np.float32)
-        bias = np.zeros(c_out, np.float32) if bias is None else np.asarray(bias, np.float32)
-        for r, taps in enumerate(phase_taps(weight, stride)):
-            q0 = -(-(pad - r) // stride)                  # first phase position landing at j >= 0
-            j0 = q0 * stride + r - pad
-            if j0 >= n_out:
-                continue
-            n = (n_out - 1 - j0) // stride + 1
-            y = conv1d_tiled(x, taps, bias, (m - 1, m - 1))   # (C_out, n_in + m - 1): q = 0 ..
-            out[:, j0::stride] = y[:, q0:q0 + n]
-        return out
     taps = (weight.reshape(c_in, c_out * k).T @ x).reshape(c_out, k, n_in)
+    n_out = (n_in - 1) * stride + k - pad - (pad if pad_right is None else pad_right)
     out = np.empty((c_out, n_out), np.float32)
-    overlap_add_serial(np.ascontiguousarray(taps, np.float32), stride, pad,
-                       _NO_BIAS if bias is None else np.asarray(bias, np.float32), out)
+    overlap_add(np.ascontiguousarray(taps, np.float32), stride, pad,
+                _NO_BIAS if bias is None else np.asarray(bias, np.float32), out)
     return out
 
 
