@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from dasllama.kernels.tts.conv import CONV_ROWS, conv1d_tiled
-from dasllama.kernels.tts.intdot import conv_int, int_weights, matmul_int, scale_rows
+from dasllama.kernels.tts.intdot import conv_int, conv_int_scaled, int_weights, matmul_int, scale_rows
 from dasllama.kernels.tts.lstm import lstm, recurrent_weights
 from dasllama.kernels.tts.ops import overlap_add
 from dasllama.kernels.tts.pointwise import adain, snake
@@ -95,16 +95,27 @@ _NO_RESIDUAL = np.zeros((0, 0), F32)
 
 def conv_integer_scaled(ins, attrs):
     """ConvInteger, + its int32 bias, as float32, x its scale (and + a residual, the 7th
-    input): fuse.fuse_scaled_convs' and fuse.fuse_residuals' node."""
-    acc = conv_integer(ins[:4], attrs)[0][0]                              # (C_out, L_out) int32
+    input): fuse.fuse_scaled_convs' and fuse.fuse_residuals' node. At stride 1 in one call
+    (intdot.conv_int_scaled: on AMX tiles where there are)."""
+    x, w = ins[0], ins[1]
     bias, scale = np.asarray(ins[4]), np.asarray(ins[5])
     residual = ins[6] if len(ins) > 6 else None
-    if bias.dtype != np.int32 or bias.size != acc.shape[0] or scale.dtype != F32 or scale.size != 1 or (
-            residual is not None and (residual.dtype != F32 or residual.shape != (1,) + acc.shape)):
-        out = np.multiply((acc[None] + bias).astype(F32), scale)
+    c_out, _, k = w.shape
+    pads, dilation = attrs.get("pads", [0, 0]), attrs.get("dilations", [1])[0]
+    n_out = x.shape[-1] + pads[0] + pads[1] - dilation * (k - 1)
+    if bias.dtype != np.int32 or bias.size != c_out or scale.dtype != F32 or scale.size != 1 or (
+            residual is not None and (residual.dtype != F32 or residual.shape != (1, c_out, n_out))):
+        acc = conv_integer(ins[:4], attrs)[0]                              # (1, C_out, L_out) int32
+        out = np.multiply((acc + bias).astype(F32), scale)
         return [out if residual is None else out + residual]
-    out = np.empty((1,) + acc.shape, F32)
     rows = _NO_RESIDUAL if residual is None else np.ascontiguousarray(residual[0])
+    if attrs.get("strides", [1])[0] == 1 and x.ndim == 3 and x.shape[0] == 1 and attrs.get("group", 1) == 1:
+        x_zp = int(np.asarray(ins[2]).reshape(-1)[0]) if len(ins) > 2 and ins[2] is not None else 0
+        w_zp = ins[3] if len(ins) > 3 and ins[3] is not None else np.zeros(1, np.int8)
+        return [conv_int_scaled(x[0], x_zp, _weights(w, w_zp), pads, dilation, bias.reshape(-1),
+                                scale.reshape(-1)[0], rows)[None]]
+    acc = conv_integer(ins[:4], attrs)[0][0]                              # (C_out, L_out) int32
+    out = np.empty((1,) + acc.shape, F32)
     scale_rows(acc, bias.reshape(-1), scale.reshape(-1)[0], rows, out[0])
     return [out]
 

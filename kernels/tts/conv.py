@@ -4,8 +4,11 @@ taps[k] (C_out, C_in) @ act(x) shifted by k * dilation, for the VITS flow and Hi
 Each tile is fa_tiles.outer_tile: CONV_ROWS output channels x CONV_COLS frames of
 accumulators held in registers over the C_in loop of one tap (4 x 3 ymm on AVX2, 4 x 3 zmm
 with AVX-512), loaded from and stored to `out`, which starts as bias (+ residual). The input is
-copied once into a zero-padded buffer with the activation applied (leaky ReLU, slope 1 for
+copied once into zero-padded windows with the activation applied (leaky ReLU, slope 1 for
 none), so a resblock's `x + conv(leaky_relu(x))` is one pass over x and one over the taps.
+Each window is the C_in x (CONV_COLS + reach) block one column of tiles reads, contiguous:
+rows of the whole padded input were a page apart, one TLB entry per channel a tap, and
+ran 9-22 % slower (the windows repeat `reach` columns each, a pass over x's size).
 The BLAS path (ops.conv1d: one sgemm per tap over a shifted view) reads and writes the whole
 output once per tap; here the output tile stays in L1 across taps. `conv_kernel` is the one
 template the variants come from; `conv1d_ref` beside it is the plain reference.
@@ -21,20 +24,28 @@ CONV_LANES = 16 if "avx512f" in probe().features else 8
 CONV_ROWS = 4      # 4 x CONV_WIDTH accumulators, CONV_WIDTH input vectors and a broadcast: 16 registers
 CONV_WIDTH = 3
 CONV_COLS = CONV_WIDTH * CONV_LANES
+# input channels a pass of the tiles sums before the next: 128 x (48 + reach) floats of the
+# window, ~25-50 KB, stay in L1 (one thread, C_in 256: 109-116 -> 123-141 GF/s; 32 and 64 slower)
+CIN_BLOCK = 128
 
 
 @njit(**JIT)
-def _pad_activate(x, pad_left, slope, xp):
-    """xp[:, pad_left + j] = leaky_relu(x[:, j], slope), zero elsewhere; xp (C_in, n_padded)."""
+def _pad_activate(x, pad_left, slope, cols, xb):
+    """xb[b, :, i] = leaky_relu(x, slope) at padded column b * cols + i (x's column that
+    minus pad_left, zero outside x): xb (n_blocks, C_in, cols + reach), each block the whole
+    window a column of tiles reads, contiguous."""
     c_in, n = x.shape
-    for c in range(c_in):
-        for j in range(pad_left):
-            xp[c, j] = 0.0
-        for j in range(n):
-            v = x[c, j]
-            xp[c, pad_left + j] = max(v, v * slope)
-        for j in range(pad_left + n, xp.shape[1]):
-            xp[c, j] = 0.0
+    n_blocks, _, width = xb.shape
+    for b in range(n_blocks):
+        for c in range(c_in):
+            row = xb[b, c]
+            for i in range(width):
+                j = b * cols + i - pad_left
+                if 0 <= j < n:
+                    v = x[c, j]
+                    row[i] = max(v, v * slope)
+                else:
+                    row[i] = 0.0
 
 
 @njit(**JIT)
@@ -52,10 +63,11 @@ _kernels = {}
 
 
 def conv_kernel(rows, width, lanes):
-    """The tiled conv driver for one tile shape: run(xp, taps, dilation, out, co_lo, co_hi)
-    adds sum_k taps[k] @ xp[:, k*dilation : k*dilation + n_cols] into rows co_lo..co_hi of
+    """The tiled conv driver for one tile shape: run(xb, taps, dilation, out, co_lo, co_hi)
+    adds sum_k taps[k] @ x[:, k*dilation : k*dilation + n_cols] into rows co_lo..co_hi of
     out (C_out, n_cols), with those bounds and C_out multiples of rows, n_cols of
-    width * lanes, xp (C_in, n_cols + dilation * (K - 1))."""
+    width * lanes, the padded input x given as its windows xb (n_cols / (width * lanes),
+    C_in, width * lanes + dilation * (K - 1)), one a block of output columns."""
     key = (rows, width, lanes)
     if key in _kernels:
         return _kernels[key]
@@ -63,17 +75,21 @@ def conv_kernel(rows, width, lanes):
     cols = width * lanes
 
     @njit(**JIT)
-    def run(xp, taps, dilation, out, co_lo, co_hi):
+    def run(xb, taps, dilation, out, co_lo, co_hi):
         n_taps, c_out, c_in = taps.shape
         n_cols = out.shape[1]
-        x_rs, c_rs = xp.shape[1] * 4, n_cols * 4
-        xa, wa, oa = xp.ctypes.data, taps.ctypes.data, out.ctypes.data
-        for t0 in range(0, n_cols, cols):          # the input window stays in L1 over all C_out
-            for co in range(co_lo, co_hi, rows):
-                c = oa + (co * n_cols + t0) * 4
-                for k in range(n_taps):
-                    tile(wa + ((k * c_out + co) * c_in) * 4, c_in * 4, 4,
-                         xa + (t0 + k * dilation) * 4, x_rs, c, c_rs, c_in)
+        n_blocks, _, width = xb.shape
+        x_rs, c_rs = width * 4, n_cols * 4
+        xa, wa, oa = xb.ctypes.data, taps.ctypes.data, out.ctypes.data
+        for blk in range(n_blocks):
+            x_blk = xa + blk * c_in * x_rs
+            for c0 in range(0, c_in, CIN_BLOCK):   # this part of the window stays in L1 over all C_out
+                n_c = min(CIN_BLOCK, c_in - c0)
+                for co in range(co_lo, co_hi, rows):
+                    c = oa + (co * n_cols + blk * cols) * 4
+                    for k in range(n_taps):
+                        tile(wa + ((k * c_out + co) * c_in + c0) * 4, c_in * 4, 4,
+                             x_blk + c0 * x_rs + k * dilation * 4, x_rs, c, c_rs, n_c)
 
     _kernels[key] = run
     return run
@@ -96,18 +112,19 @@ def conv1d_tiled(x, taps, bias, pads, dilation=1, slope=1.0, residual=None, pool
     n_taps, c_out, c_in = taps.shape
     reach = dilation * (n_taps - 1)
     n_out = x.shape[1] + pads[0] + pads[1] - reach
-    n_cols = -(-n_out // CONV_COLS) * CONV_COLS
-    xp = np.empty((c_in, n_cols + reach), np.float32)
-    _pad_activate(x, pads[0], np.float32(slope), xp)
+    n_blocks = -(-n_out // CONV_COLS)
+    n_cols = n_blocks * CONV_COLS
+    xb = np.empty((n_blocks, c_in, CONV_COLS + reach), np.float32)
+    _pad_activate(x, pads[0], np.float32(slope), CONV_COLS, xb)
     out = np.empty((c_out, n_cols), np.float32)
     _init(np.zeros(c_out, np.float32) if bias is None else bias,
           _EMPTY if residual is None else residual, n_out, out)
     n_parts = min(n_parts, c_out // CONV_ROWS) if pool is not None else 1
     if n_parts > 1:
         bounds = [CONV_ROWS * (c_out // CONV_ROWS * i // n_parts) for i in range(n_parts + 1)]
-        list(pool.map(lambda i: _run(xp, taps, dilation, out, bounds[i], bounds[i + 1]), range(n_parts)))
+        list(pool.map(lambda i: _run(xb, taps, dilation, out, bounds[i], bounds[i + 1]), range(n_parts)))
     else:
-        _run(xp, taps, dilation, out, 0, c_out)
+        _run(xb, taps, dilation, out, 0, c_out)
     return out[:, :n_out]
 
 

@@ -6,9 +6,9 @@ points, and the tile variants other CPUs get (8 lanes; plain IR where there is n
 import numpy as np
 import pytest
 
-from dasllama.kernels.tts import intdot
-from dasllama.kernels.tts.intdot import (conv_int, conv_int_ref, int_weights, matmul_int, matmul_int_ref,
-                                         product_kernel)
+from dasllama.kernels.tts import amx, intdot
+from dasllama.kernels.tts.intdot import (conv_int, conv_int_ref, conv_int_scaled, int_weights, matmul_int,
+                                         matmul_int_ref, product_kernel, scale_rows)
 
 # what AVX-VNNI runs (ymm vpdpbusd), the tiles' sums in plain IR (the tile without VNNI), and
 # the widening loop a CPU without VNNI runs (None)
@@ -56,6 +56,45 @@ def test_conv_is_exact(c_in, c_out, k, n, pads, dilation):
     want = conv_int_ref(x, 77, w, w_zp, pads, dilation)
     assert got.shape == want.shape == (c_out, n + sum(pads) - dilation * (k - 1))
     assert np.array_equal(got, want)
+
+
+def _scaled_ref(x, x_zp, w, w_zp, pads, dilation, bias, scale, residual):
+    acc = conv_int_ref(x, x_zp, w, w_zp, pads, dilation)
+    out = np.empty(acc.shape, np.float32)
+    scale_rows(acc, bias, scale, residual, out)
+    return out
+
+
+@pytest.mark.parametrize("c_in, c_out, k, n, pads, dilation", [
+    (128, 128, 11, 1001, (15, 15), 3),   # a decoder resblock's dilated conv
+    (90, 64, 3, 70, (1, 1), 1),          # channels not in 64s, frames not in 32s
+    (256, 32, 1, 33, (0, 0), 1),         # one tap, one block of rows
+    (22, 128, 1, 300, (0, 0), 1),        # too short a sum for the AMX tiles
+])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_scaled_conv_is_exact(c_in, c_out, k, n, pads, dilation, with_residual):
+    # on AMX tiles where the OS grants them (the sums scaled as they are stored), else
+    # conv_int and scale_rows: bit for bit the integer reference, then the same float ops
+    rng = np.random.default_rng(c_in * n + k)
+    x = rng.integers(0, 256, (c_in, n), dtype=np.uint8)
+    w, w_zp = _weights(rng, (c_out, c_in, k), np.uint8)
+    n_out = n + sum(pads) - dilation * (k - 1)
+    bias = rng.integers(-5000, 5000, c_out).astype(np.int32)
+    residual = rng.standard_normal((c_out, n_out)).astype(np.float32) if with_residual else np.zeros((0, 0), np.float32)
+    weights = int_weights(w, w_zp)
+    assert (weights.tiles is not None) == (amx.AMX and c_out % 32 == 0 and c_in * k >= 128)
+    got = conv_int_scaled(x, 77, weights, pads, dilation, bias, np.float32(0.0123), residual)
+    assert np.array_equal(got, _scaled_ref(x, 77, w, w_zp, pads, dilation, bias, np.float32(0.0123), residual))
+
+
+@pytest.mark.skipif(not amx.AMX, reason="no AMX on this CPU (or the OS refused the tile state)")
+def test_amx_sums_wrap_as_int32_does():
+    x = np.full((256, 40), 255, np.uint8)
+    w = np.zeros((32, 256, 3), np.uint8)        # w - 128 = -128 everywhere
+    bias, none = np.zeros(32, np.int32), np.zeros((0, 0), np.float32)
+    for x_zp in (0, 255):
+        got = conv_int_scaled(x, x_zp, int_weights(w, np.uint8(255)), (1, 1), 1, bias, np.float32(1.0), none)
+        assert np.array_equal(got, _scaled_ref(x, x_zp, w, np.uint8(255), (1, 1), 1, bias, np.float32(1.0), none))
 
 
 @pytest.mark.parametrize("variant", sorted(OTHER_KERNELS))
