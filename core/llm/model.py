@@ -93,6 +93,22 @@ def step_formats(wtab, layouts=None):
     return frozenset(qtypes)
 
 
+def fused_formats(wtab):
+    """The qtypes one token's q, k, v and gate, up may multiply in: their formats and every
+    copy layout this CPU offers their decode (whichever the layouts choose: a layout stays data,
+    and changing it compiles nothing). The step's fused decode dispatch compiles a kernel for
+    these only."""
+    qtypes = set()
+    for off, qtype, n_rows, cols in wtab[:-1, [fw.W_Q, fw.W_K, fw.W_V, fw.W_GATE, fw.W_UP]].reshape(-1, 4):
+        if qtype >= 0:
+            qtypes.add(int(qtype))
+            for name in rowgroups.layout_choices(int(qtype), "decode"):
+                layout = rowgroups.copy_layout(int(qtype), int(n_rows), name) if name != "file" else None
+                if layout is not None and rowgroups.min_tokens(layout) == 1:
+                    qtypes.add(layout)
+    return frozenset(qtypes)
+
+
 def resident_weights(data, enabled=True, budget=None):
     """The bytes the forward multiplies from: the file's read-only map, or (enabled, and the
     file within `budget` bytes, default a quarter of the machine's RAM) the same bytes copied
@@ -224,7 +240,7 @@ class Model:
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)
         self.hparams, self.flags, self.tables = self._describe()
-        self.step = step_for(step_formats(self.tables.wtab))   # the step over this model's formats
+        self.step = step_for(step_formats(self.tables.wtab), fused_formats(self.tables.wtab))  # this model's formats
         self._compiled = None if quiet else first_compile_notice(self.step.forward, "the engine's kernels")
         # on a first run, compile on both cores from here on (see FirstCompile)
         self._first_compile = None if self._compiled is None else FirstCompile(self.step, self.tables.shape)
