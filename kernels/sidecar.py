@@ -6,7 +6,7 @@ the first of
     the sidecar tune.json in DASLLAMA_CONFIG or platformdirs.user_config_dir("dasllama"),
                 written by `dasllama tune` on this machine
     a profile   kernels/profiles/<cpu class>.json, shipped, for the most specific class of
-                this CPU that has one (x86-avx512-vnni > x86-avx512 > x86-avx2 > generic)
+                this CPU that has one (x86-avx512-amx > x86-avx512-vnni > x86-avx512 > x86-avx2 > generic)
     the default the first variant the format offers for the phase (matmul.VARIANTS: a
                 prefill variant is named after its rows x tokens tile, a decode one after its
                 rows x 1 tile; "ref", the plain loops, serves both)
