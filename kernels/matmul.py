@@ -295,7 +295,7 @@ def _fused_call(qtype, fused, single):
     lines = []
     for w, n, o in (("wa", "na", "oa"), ("wb", "nb", "ob"), ("wc", "nc", "oc")):
         lines += [f"            if {n} > 0:",
-                  f"                {single}({w}, {n}, n_cols, xq, xd, xa, xf, 1, {o})"]
+                  f"                {single}({w}, {n}, n_cols, xq, xd, xa, xf, np.int64(1), {o})"]
     return lines
 
 

@@ -156,8 +156,8 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
 
 def _aux_of(aux_kind):
     """aux(xq, xa, n_tokens, n_cols): the tiles' aux rows of one kind (a compile-time constant:
-    one branch is compiled)."""
-    @njit(**JIT)
+    one branch is compiled), inlined into its kernel: no compile of its own."""
+    @njit(**JIT, inline="always")
     def aux(xq, xa, n_tokens, n_cols):
         if aux_kind == AUX_ABS:
             return abs_quants(xq, n_tokens, n_cols)
@@ -182,7 +182,7 @@ def _fused_kernel(layout, block_elems, aux_kind, tile, width=8):
     def fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf):
         n_blocks = n_cols // block_elems
         group_bytes = n_blocks * group_block
-        aux = aux_of(xq, xa, 1, n_cols)
+        aux = aux_of(xq, xa, np.int64(1), n_cols)  # np.int64: a literal 1 is a compile of its own
         xp, ap, dp = np.int64(xq.ctypes.data), np.int64(aux.ctypes.data), np.int64(xd.ctypes.data)
         xs, as_, ds = xq.strides[0], aux.strides[0], xd.strides[0]
         ga, gb, gc = na // width, nb // width, nc // width

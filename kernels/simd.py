@@ -374,9 +374,9 @@ def make_fused_kernel(qtype, rows1, vnni=False):
         ds, as_ = xd.strides[0], xa.strides[0]
         if offset:      # as make_kernel's
             if vnni:
-                offset_quad_sums(xq, 1, n_cols, offset, xf)
+                offset_quad_sums(xq, np.int64(1), n_cols, offset, xf)
             else:
-                offset_sums(xq, 1, n_cols, offset, xf)
+                offset_sums(xq, np.int64(1), n_cols, offset, xf)
             ap, as_ = np.int64(xf.ctypes.data), xf.strides[0]
         ta, tb, tc = (na + rows1 - 1) // rows1, (nb + rows1 - 1) // rows1, (nc + rows1 - 1) // rows1
         pa, pb, pc = np.int64(wa.ctypes.data), np.int64(wb.ctypes.data), np.int64(wc.ctypes.data)

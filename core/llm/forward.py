@@ -149,12 +149,13 @@ def _linear3(wbuf, cbuf, wa, pa, oa, wb, pb, ob, wc, pc, oc, n, x, acts):
     cols (wtab rows wa, wb, wc and their ctab entries pa, pb, pc; with n = 2, c is unused), as
     _linear does each: those that multiply in a's format (after copies) in one parallel region
     (fused_matmul), the others one by one. x is quantised once a kind."""
-    ba, ra = _weight(wbuf, wa, cbuf, pa, 1)
-    bb, rb = _weight(wbuf, wb, cbuf, pb, 1)
-    bc, rc = _weight(wbuf, wc, cbuf, pc, 1)
+    one = np.int64(1)   # not a literal 1: numba compiles a callee once per literal argument value
+    ba, ra = _weight(wbuf, wa, cbuf, pa, one)
+    bb, rb = _weight(wbuf, wb, cbuf, pb, one)
+    bc, rc = _weight(wbuf, wc, cbuf, pc, one)
     qtype, cols = ra[1], ra[3]
     xq, xd, xa, xf = acts
-    xq2, xd2, xa2, xf2 = _view(xq, 1, cols), _view(xd, 1, cols // 32), _view(xa, 1, cols // 16), _view(xf, 1, cols)
+    xq2, xd2, xa2, xf2 = _view(xq, one, cols), _view(xd, one, cols // 32), _view(xa, one, cols // 16), _view(xf, one, cols)
     kind = act_kind(qtype)
     quantize_act(kind, x, xq2, xd2, xa2, xf2)
     with_b = rb[1] == qtype

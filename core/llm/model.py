@@ -93,19 +93,17 @@ def step_formats(wtab, layouts=None):
     return frozenset(qtypes)
 
 
-def fused_formats(wtab):
-    """The qtypes one token's q, k, v and gate, up may multiply in: their formats and every
-    copy layout this CPU offers their decode (whichever the layouts choose: a layout stays data,
-    and changing it compiles nothing). The step's fused decode dispatch compiles a kernel for
-    these only."""
+def fused_formats(wtab, layouts=None):
+    """The qtypes one token's q, k, v and gate, up multiply in (the copy's layout where the
+    layouts give decode one, as weight_copies makes it): the step's fused decode dispatch
+    compiles a kernel for these only, and multiplies a matrix in any other qtype (a copy not
+    made) one at a time."""
+    layouts = layouts_in_force() if layouts is None else layouts
     qtypes = set()
     for off, qtype, n_rows, cols in wtab[:-1, [fw.W_Q, fw.W_K, fw.W_V, fw.W_GATE, fw.W_UP]].reshape(-1, 4):
         if qtype >= 0:
-            qtypes.add(int(qtype))
-            for name in rowgroups.layout_choices(int(qtype), "decode"):
-                layout = rowgroups.copy_layout(int(qtype), int(n_rows), name) if name != "file" else None
-                if layout is not None and rowgroups.min_tokens(layout) == 1:
-                    qtypes.add(layout)
+            decode = [layout for layout, lo, _ in _copies_wanted(int(qtype), int(n_rows), layouts).values() if lo == 1]
+            qtypes.add(decode[0] if decode else int(qtype))
     return frozenset(qtypes)
 
 
