@@ -33,7 +33,8 @@ from .dots import PATH_VEC, dot_ref, gemm_tokens
 from .quants import BLOCK_ELEMS, JIT, SUPPORTED, dequantize, dequantize_row, row_bytes, type_name
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
-           "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref", "matmul_for"]
+           "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref", "matmul_for",
+           "fused_for"]
 
 # Tile plans, one list per format; the first a phase offers is its default until a tuner says
 # otherwise.
@@ -60,6 +61,7 @@ def _resolve_active():
 _active = None      # ACTIVE, once something asks for it
 _matmul = None      # matmul, likewise
 _for_set = {}       # frozenset of qtypes -> its matmul (matmul_for)
+_fused_for_set = {}  # (qtypes, fused qtypes) -> its fused decode dispatch (fused_for)
 _quantizers = {}    # activation kind -> quantize_act fixed to it (quantizer_for)
 
 
@@ -238,6 +240,90 @@ def _build_matmul(qtypes=None):
     return njit(**JIT)(make(selection))
 
 
+_built_fused = {}
+
+
+def build_fused_kernel(qtype, name):
+    """The fused decode kernel (simd.make_fused_kernel) of a simd decode variant, or None for a
+    variant of the plain reference engine."""
+    params = dict(VARIANTS[qtype])[name]
+    if params["engine"] != "simd":
+        return None
+    key = (qtype, params["rows1"], params.get("vnni", False))
+    if key not in _built_fused:
+        _built_fused[key] = simd.make_fused_kernel(qtype, params["rows1"], params.get("vnni", False))
+    return _built_fused[key]
+
+
+_FUSED_ARGS = "wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf"
+
+
+def _fused_source(qtypes, fused):
+    """fused_matmul's source over `qtypes`: for those in `fused`, a copy layout's fused kernel or
+    a format's (that of its active decode variant; per-shape winners are not consulted: every
+    variant of a format gives the same bits); for the others (and formats of the plain
+    reference engine), matmul's decode kernel once a matrix."""
+    lines = ["def make(selection):",
+             f"    def fused_matmul(qtype, {_FUSED_ARGS}):",
+             f'        """{FUSED_DOC}"""',
+             "        _ = selection  # noqa: F841  (the cache key, see _build_fused)",
+             "        if False:",
+             "            pass"]
+    kernels = {}
+    for (source, width), layout in rowgroups.LAYOUT_OF.items():
+        if layout in qtypes:
+            use = layout if width == 8 or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, 8]
+            kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
+            kernels[f"_fused_{layout}"] = rowgroups.FUSED_KERNELS[use]
+            lines.append(f"        elif qtype == {layout}:   # {type_name(layout)}")
+            lines += _fused_call(layout, fused, f"_copy_{layout}")
+    for fmt in formats.FORMATS:
+        if fmt.ID in qtypes:
+            kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
+            one = build_fused_kernel(fmt.ID, _active_choices()[fmt.ID, "decode"])
+            if one is not None:
+                kernels[f"_fused_{fmt.ID}"] = one
+            lines.append(f"        elif qtype == {fmt.ID}:   # {type_name(fmt.ID)}")
+            lines += _fused_call(fmt.ID, fused if one is not None else (), f"_decode_{fmt.ID}")
+    return lines + ["    return fused_matmul"], kernels
+
+
+def _fused_call(qtype, fused, single):
+    """The lines of one branch of fused_matmul: its fused kernel, or `single` once a matrix."""
+    if qtype in fused:
+        return [f"            _fused_{qtype}({_FUSED_ARGS})"]
+    lines = []
+    for w, n, o in (("wa", "na", "oa"), ("wb", "nb", "ob"), ("wc", "nc", "oc")):
+        lines += [f"            if {n} > 0:",
+                  f"                {single}({w}, {n}, n_cols, xq, xd, xa, xf, np.int64(1), {o})"]
+    return lines
+
+
+FUSED_DOC = """One token times up to three matrices of `qtype`, n_cols columns each, in one parallel
+        region where the format has a fused kernel: oa (1, na) = wa times the quantised x row, and
+        the same of b and c (nb, nc 0 where there are fewer). Bit for bit matmul's result."""
+
+
+def _build_fused(qtypes, fused):
+    chosen = {key: name for key, name in _active_choices().items() if key[0] in qtypes}
+    selection = ",".join(f"{key}={name}" for key, name in sorted(chosen.items(), key=str))
+    selection += ";qtypes=" + ",".join(map(str, sorted(qtypes))) + ";fused=" + ",".join(map(str, sorted(fused)))
+    lines, kernels = _fused_source(qtypes, fused)
+    make = formats.compiled(lines, kernels, globals())["make"]
+    return njit(**JIT)(make(selection))
+
+
+def fused_for(qtypes, fused=None):
+    """The fused decode dispatch (fused_matmul) over the formats and copy layouts in `qtypes`,
+    with fused kernels for those in `fused` (default: all), one per pair of sets per process:
+    what a model's step calls for q, k, v and gate, up of one token."""
+    qtypes = frozenset(int(q) for q in qtypes)
+    fused = qtypes if fused is None else frozenset(int(q) for q in fused)
+    if (qtypes, fused) not in _fused_for_set:
+        _fused_for_set[qtypes, fused] = _build_fused(qtypes, fused)
+    return _fused_for_set[qtypes, fused]
+
+
 def matmul_for(qtypes):
     """`matmul` over the formats and copy layouts in `qtypes` only (one per set per process):
     what a model's compiled step links, so it compiles no other format's kernels."""
@@ -261,6 +347,7 @@ def set_active(qtype, name, phase=None):
         for key in [k for k in active if len(k) == 4 and k[:2] == (qtype, ph)]:
             del active[key]  # per-shape winners of the old choice
     _for_set.clear()    # each was built over the old choice
+    _fused_for_set.clear()
     _matmul = _build_matmul()
     return _matmul
 

@@ -110,6 +110,8 @@ def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, 
     return tile
 
 
+FUSED = {}      # a kernel of _kernel -> its fused decode form (_fused_kernel), built beside it
+
 # what a kernel computes per call for its tiles' aux rows
 AUX_ABS, AUX_BLOCK_SUMS8, AUX_BSUMS32, AUX_BSUMS16, AUX_LANE_OFFSETS = range(5)
 
@@ -124,20 +126,13 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     split = gemv_tile is not None
     gemv = gemv_tile if split else tile
 
+    aux_of = _aux_of(aux_kind)
+
     @njit(**JIT, parallel=True)
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
         n_blocks = n_cols // block_elems
         group_bytes = n_blocks * group_block
-        if aux_kind == AUX_ABS:         # compile-time constants: one branch is compiled
-            aux = abs_quants(xq, n_tokens, n_cols)
-        elif aux_kind == AUX_BLOCK_SUMS8:
-            aux = group_sums(xq, n_tokens, n_cols, 32, 8)
-        elif aux_kind == AUX_BSUMS32:
-            aux = bsums32(xa, n_tokens, n_cols)
-        elif aux_kind == AUX_LANE_OFFSETS:
-            aux = group_sums(xq, n_tokens, n_cols, 4, -128)
-        else:
-            aux = bsums16(xa, n_tokens, n_cols)
+        aux = aux_of(xq, xa, n_tokens, n_cols)
         n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
         wp, xp, ap = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(aux.ctypes.data)
         dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
@@ -155,7 +150,54 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
                     gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
                          c1 - t1, og + t1 * os, os)
         keep_alive(aux)
+    FUSED[kernel] = _fused_kernel(layout, block_elems, aux_kind, gemv, width)
     return kernel
+
+
+def _aux_of(aux_kind):
+    """aux(xq, xa, n_tokens, n_cols): the tiles' aux rows of one kind (a compile-time constant:
+    one branch is compiled), inlined into its kernel: no compile of its own."""
+    @njit(**JIT, inline="always")
+    def aux(xq, xa, n_tokens, n_cols):
+        if aux_kind == AUX_ABS:
+            return abs_quants(xq, n_tokens, n_cols)
+        elif aux_kind == AUX_BLOCK_SUMS8:
+            return group_sums(xq, n_tokens, n_cols, 32, 8)
+        elif aux_kind == AUX_BSUMS32:
+            return bsums32(xa, n_tokens, n_cols)
+        elif aux_kind == AUX_LANE_OFFSETS:
+            return group_sums(xq, n_tokens, n_cols, 4, -128)
+        return bsums16(xa, n_tokens, n_cols)
+    return aux
+
+
+def _fused_kernel(layout, block_elems, aux_kind, tile, width=8):
+    """fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf) as simd.make_fused_kernel,
+    on copies in `layout`: one token times up to three matrices in one parallel region, the
+    prange over the row groups of all three, the aux rows made once."""
+    group_block = int(BLOCK_BYTES[layout]) * width
+    aux_of = _aux_of(aux_kind)
+
+    @njit(**JIT, parallel=True)
+    def fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf):
+        n_blocks = n_cols // block_elems
+        group_bytes = n_blocks * group_block
+        aux = aux_of(xq, xa, np.int64(1), n_cols)  # np.int64: a literal 1 is a compile of its own
+        xp, ap, dp = np.int64(xq.ctypes.data), np.int64(aux.ctypes.data), np.int64(xd.ctypes.data)
+        xs, as_, ds = xq.strides[0], aux.strides[0], xd.strides[0]
+        ga, gb, gc = na // width, nb // width, nc // width
+        pa, pb, pc = np.int64(wa.ctypes.data), np.int64(wb.ctypes.data), np.int64(wc.ctypes.data)
+        qa, qb, qc = np.int64(oa.ctypes.data), np.int64(ob.ctypes.data), np.int64(oc.ctypes.data)
+        for grp in numba.prange(ga + gb + gc):
+            if grp < ga:
+                wp, op, g = pa, qa, grp
+            elif grp < ga + gb:
+                wp, op, g = pb, qb, grp - ga
+            else:
+                wp, op, g = pc, qc, grp - ga - gb
+            tile(wp + g * group_bytes, n_blocks, xp, xs, ap, as_, dp, ds, 1, op + 4 * width * g, 4 * width)
+        keep_alive(aux)
+    return fused
 
 
 @njit(**JIT)

@@ -6,7 +6,7 @@ the first of
     the sidecar tune.json in DASLLAMA_CONFIG or platformdirs.user_config_dir("dasllama"),
                 written by `dasllama tune` on this machine
     a profile   kernels/profiles/<cpu class>.json, shipped, for the most specific class of
-                this CPU that has one (x86-avx512-vnni > x86-avx512 > x86-avx2 > generic)
+                this CPU that has one (x86-avx512-amx > x86-avx512-vnni > x86-avx512 > x86-avx2 > generic)
     the default the first variant the format offers for the phase (matmul.VARIANTS: a
                 prefill variant is named after its rows x tokens tile, a decode one after its
                 rows x 1 tile; "ref", the plain loops, serves both)
@@ -16,8 +16,8 @@ The same precedence chooses each format's layout for a phase (resolve_layouts): 
 "x16", the 8- or 16-row copy model.weight_copies makes at load (kernels/rowgroups.py), or "file", the
 blocks as they lie in the file; a pin names it as a variant ("Q8_0:decode=file"), a sidecar or
 profile under the key "<phase> layout". A layout this CPU is not offered (x16 without AVX-512)
-is skipped with a note, as an unknown variant is. Layouts are data the compiled forward reads,
-not code: changing one compiles nothing.
+is skipped with a note, as an unknown variant is. Layouts are data the compiled forward reads:
+changing one compiles at most the step's fused decode dispatch anew (model.fused_formats).
 Plain Python (no numba): the kernel package resolves this before it compiles anything; the
 per-shape dispatch these choices ask for is built in matmul.py.
 """

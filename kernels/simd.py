@@ -352,6 +352,48 @@ def make_kernel(qtype, rows, tokens, rows1, vnni=False, wide=False):
     return kernel
 
 
+def make_fused_kernel(qtype, rows1, vnni=False):
+    """fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf): one token times up to
+    three matrices of `qtype` with n_cols columns each (wa: its bytes, na rows, oa (1, na) its
+    output; nb or nc 0 where there are fewer), in one parallel region: the prange runs over
+    the (rows1 x 1) tiles of all three, so a decode step's q, k, v (or gate, up) cost one
+    dispatch and one barrier, not three. The tiles are make_kernel's T=1 tiles: every output
+    is bit for bit the unfused kernel's."""
+    single = tile_intrinsic(qtype, rows1, 1, vnni)
+    is_float = qtype in (F16, BF16, F32)
+    be = int(BLOCK_ELEMS[qtype])
+    offset = UNSIGNED_OFFSET.get(qtype, 0) if not vnni or qtype in VNNI_UNSIGNED else 0
+
+    @njit(**JIT, parallel=True)
+    def fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf):
+        rb = row_bytes(qtype, n_cols)
+        n_blocks = n_cols if is_float else n_cols // be
+        xp = np.int64(xf.ctypes.data) if is_float else np.int64(xq.ctypes.data)
+        xs = xf.strides[0] if is_float else xq.strides[0]
+        dp, ap = np.int64(xd.ctypes.data), np.int64(xa.ctypes.data)
+        ds, as_ = xd.strides[0], xa.strides[0]
+        if offset:      # as make_kernel's
+            if vnni:
+                offset_quad_sums(xq, np.int64(1), n_cols, offset, xf)
+            else:
+                offset_sums(xq, np.int64(1), n_cols, offset, xf)
+            ap, as_ = np.int64(xf.ctypes.data), xf.strides[0]
+        ta, tb, tc = (na + rows1 - 1) // rows1, (nb + rows1 - 1) // rows1, (nc + rows1 - 1) // rows1
+        pa, pb, pc = np.int64(wa.ctypes.data), np.int64(wb.ctypes.data), np.int64(wc.ctypes.data)
+        qa, qb, qc = np.int64(oa.ctypes.data), np.int64(ob.ctypes.data), np.int64(oc.ctypes.data)
+        for tile in numba.prange(ta + tb + tc):
+            if tile < ta:
+                wp, op, n_rows, r0 = pa, qa, na, tile * rows1
+            elif tile < ta + tb:
+                wp, op, n_rows, r0 = pb, qb, nb, (tile - ta) * rows1
+            else:
+                wp, op, n_rows, r0 = pc, qc, nc, (tile - ta - tb) * rows1
+            single(wp + r0 * rb, rb, min(rows1, n_rows - r0), xp, xs, dp, ds, ap, as_, 1, n_blocks,
+                   op + 4 * r0, 4)
+        keep_alive(xf)
+    return fused
+
+
 @njit(**JIT)
 def offset_sums(xq, n_tokens, n_cols, offset, out):
     """offset * (x[2i] + x[2i+1]) of each token's int8 quants as int16, n_cols // 2 of them at

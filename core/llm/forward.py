@@ -107,6 +107,16 @@ def _fvec(fbuf, frow):
     return fbuf[frow[0]:frow[0] + frow[1]]
 
 
+@njit(cache=True)
+def _weight(wbuf, wrow, cbuf, prow, n_tokens):
+    """(bytes, row): where _linear multiplies a weight of wtab row `wrow` for n_tokens tokens
+    from: the copy (cbuf, its ctab entry) that serves that batch, else the file's (wbuf, wrow)."""
+    for c in range(prow.shape[0]):
+        if prow[c, 1] >= 0 and prow[c, 4] <= n_tokens <= prow[c, 5]:
+            return cbuf, prow[c]
+    return wbuf, wrow
+
+
 @per_formats()
 def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
     """out (T, rows) = x (T, cols) @ W^T, quantizing x the way the weight's format wants;
@@ -119,10 +129,7 @@ def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
     Every call passes the same argument types: a literal slot number or an omitted `have`
     would make numba compile (and link the whole matmul dispatch into) one copy per call."""
     T = x.shape[0]
-    for c in range(prow.shape[0]):
-        if prow[c, 1] >= 0 and prow[c, 4] <= T <= prow[c, 5]:
-            wrow, wbuf = prow[c], cbuf
-            break
+    wbuf, wrow = _weight(wbuf, wrow, cbuf, prow, T)
     off, qtype, rows, cols = wrow[0], wrow[1], wrow[2], wrow[3]
     xq, xd, xa, xf = acts
     kind = act_kind(qtype)
@@ -134,6 +141,32 @@ def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
         quantize_act(kind, x, xq2, xd2, xa2, xf2)
     matmul(qtype, wbuf[off:], rows, cols, xq2, xd2, xa2, xf2, T, out)  # noqa: F821  (step.py's)
     return kind
+
+
+@per_formats()
+def _linear3(wbuf, cbuf, wa, pa, oa, wb, pb, ob, wc, pc, oc, n, x, acts):
+    """oa, ob, oc (1, rows of each) = one token x (1, cols) times n (2 or 3) weights of the same
+    cols (wtab rows wa, wb, wc and their ctab entries pa, pb, pc; with n = 2, c is unused), as
+    _linear does each: those that multiply in a's format (after copies) in one parallel region
+    (fused_matmul), the others one by one. x is quantised once a kind."""
+    one = np.int64(1)   # not a literal 1: numba compiles a callee once per literal argument value
+    ba, ra = _weight(wbuf, wa, cbuf, pa, one)
+    bb, rb = _weight(wbuf, wb, cbuf, pb, one)
+    bc, rc = _weight(wbuf, wc, cbuf, pc, one)
+    qtype, cols = ra[1], ra[3]
+    xq, xd, xa, xf = acts
+    xq2, xd2, xa2, xf2 = _view(xq, one, cols), _view(xd, one, cols // 32), _view(xa, one, cols // 16), _view(xf, one, cols)
+    kind = act_kind(qtype)
+    quantize_act(kind, x, xq2, xd2, xa2, xf2)
+    with_b = rb[1] == qtype
+    with_c = n == 3 and rc[1] == qtype
+    fused_matmul(qtype, ba[ra[0]:], ra[2], oa, bb[rb[0]:], rb[2] if with_b else 0, ob,  # noqa: F821  (step.py's)
+                 bc[rc[0]:] if with_c else ba[ra[0]:], rc[2] if with_c else 0, oc, cols, xq2, xd2, xa2, xf2)
+    have = kind
+    if not with_b:
+        have = _linear(wbuf, wb, cbuf, pb, x, acts, ob, have)  # noqa: F821  (step.py's)
+    if n == 3 and not with_c:
+        _linear(wbuf, wc, cbuf, pc, x, acts, oc, have)  # noqa: F821  (step.py's)
 
 
 @njit(cache=True)
@@ -233,6 +266,11 @@ def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
         _split_cols(qkv, q, np.int64(0))
         _split_cols(qkv, k, nq)
         _split_cols(qkv, v, nq + nk)
+    elif xn.shape[0] == 1:     # one token: q, k, v in one region where they share a format
+        _linear3(net.wbuf, net.cbuf, w.q[il], c.q[il], q, w.k[il], c.k[il], k, w.v[il], c.v[il], v, np.int64(3), xn, acts)
+        _add_bias(fb, nm.bq[il], q)
+        _add_bias(fb, nm.bk[il], k)
+        _add_bias(fb, nm.bv[il], v)
     else:
         have = _linear(net.wbuf, w.q[il], net.cbuf, c.q[il], xn, acts, q, no_acts)
         have = _linear(net.wbuf, w.k[il], net.cbuf, c.k[il], xn, acts, k, have)
@@ -256,7 +294,10 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     sh, w, c = net.shape, net.w, net.copies
     n_ff = sh.n_ff
     no_acts = np.int64(-1)
-    if w.gate[il, 1] >= 0:
+    if w.gate[il, 1] >= 0 and xn.shape[0] == 1:    # one token: gate and up in one region
+        _linear3(net.wbuf, net.cbuf, w.gate[il], c.gate[il], gate, w.up[il], c.up[il], up, w.up[il],
+                 c.up[il], up, np.int64(2), xn, acts)
+    elif w.gate[il, 1] >= 0:
         have = _linear(net.wbuf, w.gate[il], net.cbuf, c.gate[il], xn, acts, gate, no_acts)
         _linear(net.wbuf, w.up[il], net.cbuf, c.up[il], xn, acts, up, have)
     else:

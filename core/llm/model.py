@@ -93,6 +93,20 @@ def step_formats(wtab, layouts=None):
     return frozenset(qtypes)
 
 
+def fused_formats(wtab, layouts=None):
+    """The qtypes one token's q, k, v and gate, up multiply in (the copy's layout where the
+    layouts give decode one, as weight_copies makes it): the step's fused decode dispatch
+    compiles a kernel for these only, and multiplies a matrix in any other qtype (a copy not
+    made) one at a time."""
+    layouts = layouts_in_force() if layouts is None else layouts
+    qtypes = set()
+    for off, qtype, n_rows, cols in wtab[:-1, [fw.W_Q, fw.W_K, fw.W_V, fw.W_GATE, fw.W_UP]].reshape(-1, 4):
+        if qtype >= 0:
+            decode = [layout for layout, lo, _ in _copies_wanted(int(qtype), int(n_rows), layouts).values() if lo == 1]
+            qtypes.add(decode[0] if decode else int(qtype))
+    return frozenset(qtypes)
+
+
 def resident_weights(data, enabled=True, budget=None):
     """The bytes the forward multiplies from: the file's read-only map, or (enabled, and the
     file within `budget` bytes, default a quarter of the machine's RAM) the same bytes copied
@@ -224,7 +238,7 @@ class Model:
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)
         self.hparams, self.flags, self.tables = self._describe()
-        self.step = step_for(step_formats(self.tables.wtab))   # the step over this model's formats
+        self.step = step_for(step_formats(self.tables.wtab), fused_formats(self.tables.wtab))  # this model's formats
         self._compiled = None if quiet else first_compile_notice(self.step.forward, "the engine's kernels")
         # on a first run, compile on both cores from here on (see FirstCompile)
         self._first_compile = None if self._compiled is None else FirstCompile(self.step, self.tables.shape)

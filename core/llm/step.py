@@ -24,33 +24,37 @@ from numba import njit
 
 from dasllama.kernels.actq import quantize_act
 from dasllama.kernels.attention import attention
-from dasllama.kernels.matmul import matmul_for
+from dasllama.kernels.matmul import fused_for, matmul_for
 from dasllama.kernels.quants import dequantize_row_for
 
 from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
 
 Step = namedtuple("Step", "forward forward_batch qtypes")
 
-_steps = {}     # frozenset of qtypes -> Step
+_steps = {}     # (frozenset of qtypes, frozenset of fused qtypes) -> Step
 
 
 def _tag(qtypes):
     return "q" + "_".join(str(q) for q in sorted(qtypes))
 
 
-def step_for(qtypes):
+def step_for(qtypes, fused=None):
     """The Step (forward, forward_batch) compiled against the matmul dispatch over `qtypes`
-    (model.step_formats: the formats of a model's matrices and of their copies), one per set per
-    process; numba compiles it on its first call (or loads it from the cache)."""
-    key = frozenset(int(q) for q in qtypes)
-    if key not in _steps:
-        _steps[key] = _build(key)
-    return _steps[key]
+    (model.step_formats: the formats of a model's matrices and of their copies) and the fused
+    decode dispatch with kernels for the `fused` ones (model.fused_formats; default all of
+    `qtypes`; the others multiply one matrix at a time), one per pair of sets per process; numba
+    compiles it on its first call (or loads it from the cache)."""
+    qtypes = frozenset(int(q) for q in qtypes)
+    fused = qtypes if fused is None else frozenset(int(q) for q in fused) & qtypes
+    if (qtypes, fused) not in _steps:
+        _steps[qtypes, fused] = _build(qtypes, fused)
+    return _steps[qtypes, fused]
 
 
-def _build(qtypes):
-    tag = _tag(qtypes)
-    own = {"matmul": matmul_for(qtypes), "dequantize_row": dequantize_row_for(qtypes)}
+def _build(qtypes, fused):
+    tag = _tag(qtypes) + "__f" + _tag(fused)
+    own = {"matmul": matmul_for(qtypes), "fused_matmul": fused_for(qtypes, fused),
+           "dequantize_row": dequantize_row_for(qtypes)}
     module_globals = []
     for f, options in fw.PER_FORMATS:
         g = dict(f.__globals__)     # a copy: filled below with the set's own functions

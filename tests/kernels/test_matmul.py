@@ -243,6 +243,43 @@ def test_q8_0_copies_multiply_bit_for_bit_alike(source, copy, n_rows, n_tokens):
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("qtype", [Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.Q4_1], ids=Q.type_name)
+def test_fused_decode_gives_each_matrix_its_own_product(qtype):
+    # the step's q, k, v (gate, up) of one token in one region: each output as matmul's, and a
+    # matrix of 0 rows neither read nor written
+    shapes = (37, 16, 21)
+    ws = [random_weights(qtype, r, 512, seed=i) for i, r in enumerate(shapes)]
+    x = np.random.default_rng(9).standard_normal((1, 512)).astype(np.float32)
+    refs = [_ref(qtype, w, x)[0] for w in ws]
+    bufs = _quantised(qtype, x)
+    for n in (3, 2):
+        outs = [np.full((1, r), np.nan, np.float32) for r in shapes]
+        rows = [r if i < n else 0 for i, r in enumerate(shapes)]
+        M.fused_for((qtype,))(qtype, ws[0], rows[0], outs[0], ws[1], rows[1], outs[1], ws[2], rows[2], outs[2],
+                              512, *bufs)
+        for i in range(3):
+            if i < n:
+                np.testing.assert_array_equal(outs[i].view(np.uint32), refs[i].view(np.uint32), str(i))
+            else:
+                assert np.isnan(outs[i]).all()
+
+
+def test_fused_decode_through_the_copies():
+    shapes = (48, 16, 32)
+    ws = [_without_minus_128(random_weights(Q.Q8_0, r, 512, seed=i)) for i, r in enumerate(shapes)]
+    x = np.random.default_rng(3).standard_normal((1, 512)).astype(np.float32)
+    refs = [_ref(Q.Q8_0, w, x)[0] for w in ws]
+    bufs = _quantised(Q.Q8_0, x)
+    for copy in ["x8", "x16"] if rowgroups.HAS_X16 else ["x8"]:
+        layout = rowgroups.copy_layout(Q.Q8_0, 16, copy)
+        packed = [rowgroups.make_copy(Q.Q8_0, w, r, 512, name=copy) for w, r in zip(ws, shapes)]
+        outs = [np.full((1, r), np.nan, np.float32) for r in shapes]
+        M.fused_for((layout,))(layout, packed[0], 48, outs[0], packed[1], 16, outs[1], packed[2], 32, outs[2],
+                               512, *bufs)
+        for out, ref in zip(outs, refs):
+            np.testing.assert_array_equal(out.view(np.uint32), ref.view(np.uint32), copy)
+
+
 def test_the_engine_dispatches_the_copies_it_makes():
     # matmul (the forward's) runs each layout's kernel where this CPU is offered the copy
     w, x = _case(Q.Q8_0, n_rows=32, n_tokens=7, seed=2)
