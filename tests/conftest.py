@@ -1,8 +1,15 @@
 """Fixtures shared by the test layers: the llama.cpp reference, tiny random-weight GGUFs, and
 the real models several layers use (skipped with the reason when a registry is unreachable)."""
+import os
+
 import pytest
 
 from tests import assets, gguf_factory, whisper_assets
+
+# A first compile's second process (core/llm/step.py FirstCompile) turns itself on where a core
+# is idle; the suite compiles many models' steps one after another, and a test that wants the
+# helper (test_step.py) asks for it.
+os.environ.setdefault("DASLLAMA_COMPILE_HELPER", "0")
 
 
 @pytest.fixture(scope="session")

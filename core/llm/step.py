@@ -29,7 +29,7 @@ from dasllama.kernels.quants import dequantize_row_for
 
 from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
 
-Step = namedtuple("Step", "forward forward_batch qtypes")
+Step = namedtuple("Step", "forward forward_batch qtypes fused")
 
 _steps = {}     # (frozenset of qtypes, frozenset of fused qtypes) -> Step
 
@@ -65,13 +65,14 @@ def _build(qtypes, fused):
         module_globals.append(g)
     for g in module_globals:        # numba reads globals when it compiles: after this, before it
         g.update(own)
-    return Step(own["forward"], own["forward_batch"], qtypes)
+    return Step(own["forward"], own["forward_batch"], qtypes, fused)
 
 
 class FirstCompile:
     """A first run's compile (an empty cache) on both cores. numba compiles a function's callees
     one after the other as it types it, on one core; here a second process compiles the step's
-    matmul dispatch (its kernels: a third of a cold start) into the disk cache from the
+    matmul dispatch and its fused decode dispatch (their kernels: a third of a cold start) into
+    the disk cache from the
     model's load on, while this one loads the model (which compiles the copies' fills) and then,
     in `finish` before the step's first call, compiles attention and the activation quantiser
     (another third); the step's compile then finds all three compiled. The arguments are
@@ -79,22 +80,23 @@ class FirstCompile:
     type would cost a compile the step does not use, never a wrong result. Where the helper
     cannot start or fails, the step compiles the dispatch itself.
 
-    Off unless DASLLAMA_COMPILE_HELPER=1: on the shared 2-core host it was measured on it
-    cost time (at load 5.5, 143 s against 136 without; at load 3.4, 120 against 99: the
-    helper and the load's own fills fight for the same cores), and a quiet machine, where it
-    should pay, was not to be had (docs/BENCHMARKS.md, 2026-12-06)."""
+    On where a core is idle (the load average at most cores - 1), or with
+    DASLLAMA_COMPILE_HELPER=1; off with =0. On a quiet 2-core machine it took the first
+    `generate` from 44.4-45.1 s to 37.8-38.3 s; on a busy host it cost time (at load 5.5, 143 s
+    against 136 without; at load 3.4, 120 against 99: the helper and the load's own work fight
+    for the same cores), hence the load test (docs/BENCHMARKS.md, 2026-12-06)."""
 
     def __init__(self, step, shape):
-        self.local, matmul_args = _samples(shape)
+        self.local, matmul_args, fused_args = _samples(shape)
         self.helper = None
         if not _helper_pays():
             return
-        sig = tuple(numba.typeof(a) for a in matmul_args)
+        sigs = [tuple(numba.typeof(a) for a in args) for args in (matmul_args, fused_args)]
         try:
             self.helper = subprocess.Popen(
                 [sys.executable, "-c", "from dasllama.core.llm.step import _helper; _helper()"],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.helper.stdin.write(pickle.dumps((sorted(step.qtypes), sig)))
+            self.helper.stdin.write(pickle.dumps((sorted(step.qtypes), sorted(step.fused), sigs)))
             self.helper.stdin.close()
         except OSError:
             self.helper = None
@@ -109,12 +111,17 @@ class FirstCompile:
 
 
 def _helper_pays():
-    return os.environ.get("DASLLAMA_COMPILE_HELPER") == "1"
+    forced = os.environ.get("DASLLAMA_COMPILE_HELPER")
+    if forced in ("0", "1"):
+        return forced == "1"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores > 1 and os.getloadavg()[0] <= cores - 1
 
 
 def _samples(shape):
-    """([(dispatcher, arguments)] this process compiles, the dispatch's arguments): arguments of
-    the types the step passes (one token; every array row-contiguous, the weights read-only)."""
+    """([(dispatcher, arguments)] this process compiles, the dispatch's arguments, the fused
+    dispatch's): arguments of the types the step passes (one token; every array row-contiguous,
+    the weights read-only)."""
     def rows(dtype):
         return np.zeros((1, 1), dtype)
     weights = np.zeros(1, np.uint8)
@@ -125,11 +132,14 @@ def _samples(shape):
     attention_args = (x, cells, cache, cache, cells, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
                       sh.kq_scale, sh.attn_softcap, sh.n_swa, True, x, 1)
     local = [(attention, attention_args), (quantize_act, (np.int64(0), x, xq, xd, xa, xf))]
-    return local, (np.int64(0), weights, 1, 1, xq, xd, xa, xf, 1, x)
+    fused = (np.int64(0), weights, 1, x, weights, 1, x, weights, 1, x, 1, xq, xd, xa, xf)
+    return local, (np.int64(0), weights, 1, 1, xq, xd, xa, xf, 1, x), fused
 
 
 def _helper():
-    """FirstCompile's second process: the dispatch over a set, for one signature, into the cache
-    (the environment, and so the cache folder and the variant selection, is the parent's)."""
-    qtypes, sig = pickle.load(sys.stdin.buffer)
+    """FirstCompile's second process: the dispatch over a set and the fused decode dispatch, for
+    one signature each, into the cache (the environment, and so the cache folder and the variant
+    selection, is the parent's)."""
+    qtypes, fused, (sig, fused_sig) = pickle.load(sys.stdin.buffer)
     matmul_for(qtypes).compile(sig)
+    fused_for(qtypes, fused).compile(fused_sig)

@@ -58,13 +58,14 @@ def test_the_first_compiles_samples_have_the_types_the_step_passes(tiny_model):
     # step: a sample of another type would be a compile the step does not use
     from numba import typeof
     model = Model(tiny_model("gemma3", "Q4_K"), n_ctx=64, n_threads=2, quiet=True)
-    local, matmul_args = step._samples(model.tables.shape)
+    local, matmul_args, fused_args = step._samples(model.tables.shape)
     model.eval([1, 2, 3])
     model.eval([4])
     if any(model.step.forward.stats.cache_hits.values()):
         # a step loaded from numba's disk cache types none of its callees in this process
         pytest.skip("the step came from the disk cache: only a first compile shows its callees' types")
     assert tuple(typeof(a) for a in matmul_args) in M.matmul_for(model.step.qtypes).signatures
+    assert tuple(typeof(a) for a in fused_args) in M.fused_for(model.step.qtypes, model.step.fused).signatures
     for dispatcher, args in local:
         assert tuple(typeof(a) for a in args) in dispatcher.signatures, dispatcher.__name__
 
@@ -78,7 +79,7 @@ def test_the_helper_compiles_the_dispatch_into_the_cache_for_this_process(tiny_m
     assert first.helper is not None
     first.finish()
     assert first.helper.returncode == 0
-    _, matmul_args = step._samples(model.tables.shape)
+    _, matmul_args, _ = step._samples(model.tables.shape)
     sig = tuple(typeof(a) for a in matmul_args)
     # a dispatcher of its own: one an earlier test compiled in this process answers from memory
     monkeypatch.setattr(M, "_for_set", {})
