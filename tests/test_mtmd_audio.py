@@ -73,27 +73,25 @@ def test_tower_embeddings_match_libmtmd(pairs, clip, projector, tmp_path):
     """Our mel + tower + projector against libmtmd's on the same 16 kHz samples (given to it
     through mtmd_bitmap_init_from_audio, so resamplers do not differ)."""
     assets.or_skip(assets.llama_mtmd_bin)
-    model, mmproj = pairs[projector]
-    mm = Mmproj(mmproj)
-    (window,) = mel_windows(clip, mm.audio.n_mel)
-    ours = AudioTower(mm, 2).encode(window)
-    ref, _ = mtmd_embeddings(model, mmproj, clip, 2, tmp_path)
-    assert ours.shape == ref.shape == (mm.audio.n_tokens, mm.audio.n_embd_text)
-    rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
-    assert rel < MAX_REL_ERR, f"relative error {rel:.2e} against libmtmd"
+    assert_tower_matches(*pairs[projector], clip, MAX_REL_ERR, tmp_path)
 
 
 def test_q8_0_tower_embeddings_match_libmtmd(clip, tmp_path_factory, tmp_path):
     assets.or_skip(assets.llama_mtmd_bin)
     model, mmproj = mtmd_pairs.write_pair(tmp_path_factory.mktemp("q8"), "qwen2a", "tiny", wtype="Q8_0")
+    assert Mmproj(mmproj).matrix("a.blk.0.ffn_up.weight")[0] == gguf.GGMLQuantizationType.Q8_0
+    assert_tower_matches(model, mmproj, clip, Q8_0_MAX_REL_ERR, tmp_path)
+
+
+def assert_tower_matches(model, mmproj, clip, bound, tmp_path):
+    """Our mel + tower + projector of one 30 s window within `bound` (relative) of libmtmd's."""
     mm = Mmproj(mmproj)
-    assert mm.matrix("a.blk.0.ffn_up.weight")[0] == gguf.GGMLQuantizationType.Q8_0
     (window,) = mel_windows(clip, mm.audio.n_mel)
     ours = AudioTower(mm, 2).encode(window)
     ref, _ = mtmd_embeddings(model, mmproj, clip, 2, tmp_path)
     assert ours.shape == ref.shape == (mm.audio.n_tokens, mm.audio.n_embd_text)
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
-    assert rel < Q8_0_MAX_REL_ERR, f"relative error {rel:.2e} against libmtmd"
+    assert rel < bound, f"relative error {rel:.2e} against libmtmd"
 
 
 def test_mp3_through_both_decoders(pairs, clip, tmp_path):
