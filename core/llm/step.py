@@ -82,7 +82,9 @@ class FirstCompile:
 
     On where a core is idle (the load average at most cores - 1), or with
     DASLLAMA_COMPILE_HELPER=1; off with =0. On a quiet 2-core machine it took the first
-    `generate` from 44.4-45.1 s to 37.8-38.3 s; on a busy host it cost time (at load 5.5, 143 s
+    `generate` from 44.1-45.1 s to 37.8-38.3 s with the matmul dispatch, 31.9-33.9 s with the
+    fused one too (the main process's own compiles are then the path: the samples of the row
+    ops compiled here too gave nothing more, 31.6-33.5 s); on a busy host it cost time (at load 5.5, 143 s
     against 136 without; at load 3.4, 120 against 99: the helper and the load's own work fight
     for the same cores), hence the load test (docs/BENCHMARKS.md, 2026-12-06)."""
 
