@@ -132,21 +132,3 @@ def rope_vision(x, pos_y, pos_x, n_head, base=10000.0):
     c, s = cos[:, None, :], sin[:, None, :]
     heads[:, :, :half] = x0 * c - x1 * s
     heads[:, :, half:] = x0 * s + x1 * c
-
-
-@njit(**JIT)
-def bias_swiglu(gate, up, gate_bias, up_bias):
-    """gate (T, n) <- silu(gate + gate_bias) * (up + up_bias), in place (ggml_swiglu_split after
-    build_ffn's two bias adds); silu(y) = y / (1 + e^-y), the exponent clamped as in
-    bias_gelu_quick."""
-    n_rows, n_cols = gate.shape
-    for t in range(n_rows):
-        for j in range(n_cols):
-            y = gate[t, j] + gate_bias[j]
-            u = up[t, j] + up_bias[j]
-            gate[t, j] = y / (np.float32(1.0) + np.exp(min(-y, np.float32(80.0)))) * u
-
-
-def bias_swiglu_ref(gate, up, gate_bias, up_bias):
-    y = (gate + gate_bias).astype(np.float64)
-    return (y / (1.0 + np.exp(-y)) * (up + up_bias)).astype(np.float32)

@@ -41,8 +41,8 @@ IDEFICS3_MAX_REL_ERR = 2e-3
 
 # qwen2vl's tower, the same kernels and libmtmd's same f16 K/V and f16 GELU tables: measured
 # 4.7e-4 on test-1.jpeg and 7.4e-4 on a 50 x 40 image scaled up to its minimum of 8 tokens
-# (llama.cpp 0c1e570); without the 2D rotary embedding it is 1.2e-1. qwen25vl's: 5.0e-4 and
-# 7.6e-4 (llama.cpp of llama-cpp-python 0.3.36).
+# (llama.cpp 0c1e570); without the 2D rotary embedding it is 1.2e-1. qwen25vl's: 4.0e-4 and
+# 7.7e-4 (llama.cpp of llama-cpp-python 0.3.36).
 QWEN2VL_MAX_REL_ERR = 2e-3
 
 

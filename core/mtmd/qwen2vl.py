@@ -19,7 +19,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from dasllama.kernels.speech.encoder_ops import bias_gelu
-from dasllama.kernels.vision import bias_gelu_quick, bias_swiglu, patch_rows, rms_norm_rows, rope_vision
+from dasllama.kernels.ops import rms_norm, swiglu
+from dasllama.kernels.vision import bias_gelu_quick, patch_rows, rope_vision
 
 from .siglip import Layer, PreNormTower, Weight, share_out
 
@@ -108,15 +109,17 @@ class Qwen25VLTower(Qwen2VLTower):
     def _layer_norm(self, x, w):
         x = np.ascontiguousarray(x)
         out = np.empty_like(x)
-        rms_norm_rows(x, w, self.hparams.eps, out)
+        rms_norm(x, w, self.hparams.eps, out)  # ggml_rms_norm's f64 sums, as the text models' norm
         return out
 
     def _block(self, layer, x):
         h = self._layer_norm(x, *layer.ln1)
         x = x + layer.out(self._attention(layer.qkv(h)))
         h = self._layer_norm(x, *layer.ln2)
-        g = layer.gate(h)
-        bias_swiglu(g, layer.up(h), layer.gate_bias, layer.up_bias)
+        g, u = layer.gate(h), layer.up(h)
+        g += layer.gate_bias
+        u += layer.up_bias
+        swiglu(g, u, g)                         # ggml_swiglu_split, as the text models' FFN runs it
         return x + layer.down(g)
 
     def _run_layers(self, x, ny, nx):
