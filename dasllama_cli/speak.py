@@ -139,8 +139,9 @@ class RawSink:
               help="Seconds of silence after each sentence.")
 @click.option("--phonemizer", type=click.Choice(sorted(PHONEMIZERS)), default="lexicon",
               show_default=True,
-              help="Text to phonemes: lexicon (built in, English) or espeak (espeak-ng's exact "
-                   "phonemes, any language; needs piper-tts, which bundles it).")
+              help="Text to phonemes: lexicon (built in, English) or espeak (the exact espeak-ng "
+                   "phonemes the voice was trained on, any language; needs piper-tts for Piper "
+                   "voices, kokoro-onnx for Kokoro's: each bundles espeak-ng).")
 @click.option("-t", "--threads", type=THREADS, default=None, help="Threads (default: all cores).")
 @click.option("-q", "--quiet", is_flag=True, help="No timings on stderr.")
 def speak_cmd(text, model_path, file, output_file, output_raw, json_input, rate, speaker, voices_path,

@@ -2,8 +2,8 @@
 (onnxruntime on the same file and voice pack), in this process, on the same phoneme ids and
 style row.
 
-Per sentence, as verify_tts does for Piper: the phonemes (our espeak-ng's ids against
-kokoro-onnx's tokenizer), the integer durations (frames per phoneme id: ours traced from the
+Per sentence, as verify_tts does for Piper: the phonemes (our espeak route's ids, which for
+Kokoro is kokoro-onnx's tokenizer run per sentence, against its tokenizer on the whole text), the integer durations (frames per phoneme id: ours traced from the
 graph's Round > Clip > Cast chain, theirs the same tensor, exposed as the "duration" output
 kokoro-onnx reads by patching the model in memory) identical, and then the output's log-mel
 within MAX_MEL_DB of onnxruntime's. The graph draws no random numbers, but the waveform is
@@ -15,7 +15,7 @@ and SNR are reported, not judged.
 """
 import numpy as np
 
-from ..tts import phonemize
+from ..tts import sentence_phonemes
 from .verify_tts import (ReferenceUnavailable, SentenceResult, compare_waveforms, duration_gap,
                          judge)
 
@@ -58,7 +58,7 @@ def verify_sentence(voice, ref, text, speaker):
     """One sentence's comparison, both engines on kokoro-onnx's phoneme ids for `text`."""
     speaker = speaker or voice.voice_names()[0]
     tokens = ref.tokenizer.tokenize(ref.tokenizer.phonemize(text, voice.config.espeak_voice))
-    ours = [p for sentence in phonemize(text, voice.config.espeak_voice) for p in sentence]
+    ours = [p for sentence in sentence_phonemes(text, voice, "espeak") for p in sentence]
     phonemes_match = voice.phoneme_ids(ours) == [0, *tokens, 0]
     style = ref._style_for(ref.get_voice_style(speaker), len(tokens))
     ref_audio, ref_frames = ref._infer(tokens, style, 1.0)   # kokoro-onnx's own feeds, framing the ids

@@ -2,7 +2,13 @@
 extension and data that the piper-tts package bundles (espeak-ng is GPL-3, so it is found at
 run time, never shipped). The clause handling follows piper's phonemize_espeak.py: language
 switch marks dropped, the clause's punctuation kept as a phoneme, sentences split where
-espeak ends one, every phoneme decomposed to NFD code points."""
+espeak ends one, every phoneme decomposed to NFD code points.
+
+Kokoro voices were trained on another route to espeak-ng: kokoro-onnx's tokenizer
+(phonemizer-fork's espeak backend on espeakng-loader's library, its own text normalisation).
+It differs from piper's where a word's last vowel meets the next word's first (piper's bridge
+keeps espeak's linking "ʲ", as in "tˈiːʲ ɪz") and at sentence joins, on 7 of the bench's 20
+sentences; phonemize_kokoro runs that tokenizer itself, sentence by sentence."""
 import importlib.machinery
 import importlib.util
 import re
@@ -58,3 +64,28 @@ def phonemize(text, lang):
     if current:
         sentences.append(current)
     return [s for s in sentences if s]
+
+
+_kokoro = []
+
+
+def _kokoro_tokenizer():
+    if not _kokoro:
+        try:
+            from kokoro_onnx.tokenizer import Tokenizer
+        except ImportError:
+            raise PhonemizerUnavailable(
+                "no espeak-ng phonemizer for Kokoro voices: pip install kokoro-onnx (its tokenizer, "
+                "phonemizer-fork and espeakng-loader give the phonemes Kokoro was trained on).") from None
+        _kokoro.append(Tokenizer())
+    return _kokoro[0]
+
+
+def phonemize_kokoro(text, lang):
+    """Text -> one list of phonemes per sentence (core.tts.text.sentences), each sentence
+    phonemized as kokoro-onnx phonemizes a text it is given."""
+    from .text import sentences
+    tokenizer = _kokoro_tokenizer()
+    with _lock:
+        found = [tokenizer.phonemize(s, lang) for s in sentences(text)]
+    return [list(p) for p in found if p]

@@ -14,6 +14,7 @@ import numpy as np
 from dasllama.formats import onnx as onnx_file
 
 from ..runtime.threads import set_threads
+from .espeak import phonemize_kokoro
 from .graph import Graph, GraphError
 
 SAMPLE_RATE = 24000
@@ -85,6 +86,8 @@ def _duration_value(graph):
 
 
 class KokoroVoice:
+    phonemizers = {"espeak": phonemize_kokoro}    # kokoro-onnx's route to espeak-ng, not piper's
+
     def __init__(self, path, graph, config, n_threads=None, voices_path=None):
         self.path, self.graph, self.config = Path(path), graph, config
         self.n_threads, self.voices_path = n_threads, voices_path

@@ -3,7 +3,8 @@
 The phonemizer is a seam: `PHONEMIZERS` maps a name to a function (text, lang) -> a list of
 sentences, each a list of phonemes. "lexicon" (core/tts/g2p.py: misaki's Apache-2.0 lexicons
 rewritten into espeak-ng's IPA) is the default and needs no GPL code; "espeak" gives the exact
-phonemes Piper voices were trained on, where a package bundles espeak-ng (piper-tts).
+phonemes the voice was trained on, where a package bundles espeak-ng (piper-tts for Piper
+voices; kokoro-onnx's tokenizer for Kokoro's, which names it in its `phonemizers`).
 """
 import unicodedata
 
@@ -40,7 +41,8 @@ def sentence_phonemes(text, voice, phonemizer=None):
             raise SynthesisError(f"unknown phonemizer {name!r}: choose one of "
                                  f"{', '.join(sorted(PHONEMIZERS))}.")
         try:
-            sentences = (name if callable(name) else PHONEMIZERS[name])(text, voice.config.espeak_voice)
+            own = getattr(voice, "phonemizers", {})      # a voice trained on its own route to a name
+            sentences = (name if callable(name) else own.get(name, PHONEMIZERS[name]))(text, voice.config.espeak_voice)
         except g2p.LanguageNotSupported as e:
             raise SynthesisError(f"{voice.path.name}: {e}") from None
     known = voice.config.phoneme_id_map

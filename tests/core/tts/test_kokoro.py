@@ -27,6 +27,20 @@ def test_unknown_voice_is_one_sentence_listing_voices(model_path):
     assert "no voice 'af_nobody'" in result.output and "jf_alpha" in result.output
 
 
+def test_espeak_phonemes_are_kokoro_onnxs(model_path):
+    """--phonemizer espeak on a Kokoro voice gives kokoro-onnx's phonemes, sentence by sentence:
+    piper's espeak route links "tea is" as "tˈiːʲ ɪz", which kokoro-onnx never feeds."""
+    from dasllama.core.tts import sentence_phonemes
+    tokenizer = pytest.importorskip("kokoro_onnx.tokenizer").Tokenizer()
+    text = ("A cup of hot tea is the best thing on a cold and windy afternoon. "
+            "He plays the piano every evening after dinner for an hour.")
+    ours = sentence_phonemes(text, load_voice(model_path), "espeak")
+    theirs = [tokenizer.phonemize(s, "en-us") for s in
+              ("A cup of hot tea is the best thing on a cold and windy afternoon.",
+               "He plays the piano every evening after dinner for an hour.")]
+    assert ["".join(s) for s in ours] == theirs
+
+
 def _wer(ref, hyp):
     """Word error rate: word-level edit distance over the reference's length."""
     words = lambda s: re.findall(r"[a-z0-9']+", s.lower())   # noqa: E731
