@@ -135,8 +135,9 @@ class RawSink:
 @click.option("--noise-scale", type=FiniteFloat(0, 10), default=None, help="Generator noise (default: the voice's).")
 @click.option("--noise-w", "--noise-w-scale", "noise_w", type=FiniteFloat(0, 10), default=None,
               help="Phoneme width noise (default: the voice's).")
-@click.option("--sentence-silence", type=FiniteFloat(0, 60), default=0.0, show_default=True,
-              help="Seconds of silence after each sentence.")
+@click.option("--sentence-silence", type=FiniteFloat(0, 60), default=None,
+              help="Seconds of silence between sentences (default: the voice's runtime's: "
+                   "0 for Piper voices, 0.25 for Kokoro's).")
 @click.option("--phonemizer", type=click.Choice(sorted(PHONEMIZERS)), default="lexicon",
               show_default=True,
               help="Text to phonemes: lexicon (built in, English) or espeak (the exact espeak-ng "

@@ -87,6 +87,7 @@ def _duration_value(graph):
 
 class KokoroVoice:
     phonemizers = {"espeak": phonemize_kokoro}    # kokoro-onnx's route to espeak-ng, not piper's
+    trims_silence, sentence_silence, normalizes = True, 0.25, False   # as kokoro-onnx speaks
 
     def __init__(self, path, graph, config, n_threads=None, voices_path=None):
         self.path, self.graph, self.config = Path(path), graph, config

@@ -53,27 +53,50 @@ def sentence_phonemes(text, voice, phonemizer=None):
 
 
 def synthesize(text, voice, speed=1.0, noise_scale=None, noise_w=None, speaker=None,
-               sentence_silence=0.0, length_scale=None, phonemizer=None, normalize=True, seed=None):
+               sentence_silence=None, length_scale=None, phonemizer=None, normalize=None, seed=None):
     """Yield (sample_rate, float32 samples in [-1, 1]) per sentence of `text`.
 
     speed: 2.0 speaks twice as fast (length_scale = the voice's / speed), unless length_scale
     is given; noise_scale, noise_w: piper's names, None for the voice's defaults; speaker: a
-    name or id on multi-speaker voices; sentence_silence: seconds of silence after each
-    sentence; normalize: scale each sentence to full range as piper does."""
+    name or id on multi-speaker voices; sentence_silence: seconds of silence between two
+    sentences (as piper and kokoro-onnx place it: before every sentence but the first), None
+    for the voice's runtime's (piper 0, kokoro-onnx 0.25 s); normalize: scale each sentence to
+    full range, None for what the voice's runtime does (piper does, kokoro-onnx does not).
+    A voice with `trims_silence` (Kokoro: its output opens with up to ~1 s of silence) has each
+    sentence trimmed by trim_silence, as kokoro-onnx trims each batch it speaks."""
     if speed <= 0:
         raise SynthesisError(f"speed must be positive, not {speed}.")
     if length_scale is None:
         length_scale = voice.config.length_scale / speed
+    if sentence_silence is None:
+        sentence_silence = getattr(voice, "sentence_silence", 0.0)
+    if normalize is None:
+        normalize = getattr(voice, "normalizes", True)
     rate = voice.sample_rate
     silence = np.zeros(int(rate * sentence_silence), np.float32)
-    for phonemes in sentence_phonemes(text, voice, phonemizer):
+    for i, phonemes in enumerate(sentence_phonemes(text, voice, phonemizer)):
         audio = voice.audio(voice.phoneme_ids(phonemes), noise_scale, length_scale, noise_w,
                             speaker, seed)
+        if getattr(voice, "trims_silence", False):
+            audio = trim_silence(audio)
         if normalize:
             peak = float(np.abs(audio).max())
             audio = audio / peak if peak > 1e-8 else np.zeros_like(audio)
         audio = np.clip(audio, -1.0, 1.0).astype(np.float32)
-        yield rate, np.concatenate([audio, silence]) if silence.size else audio
+        yield rate, np.concatenate([silence, audio]) if i and silence.size else audio
+
+
+def trim_silence(samples, top_db=60.0, frame=2048, hop=512):
+    """The samples from the first to the last frame whose RMS is within top_db of the loudest
+    frame's: librosa.effects.trim's rule (frames centred on multiples of hop, zero-padded),
+    which kokoro-onnx applies to every batch it speaks."""
+    x = np.pad(np.asarray(samples, np.float64), frame // 2)
+    if x.size < frame:
+        return samples
+    power = np.square(np.lib.stride_tricks.sliding_window_view(x, frame)[::hop]).mean(axis=1)
+    db = 10 * np.log10(np.maximum(power, 1e-10)) - 10 * np.log10(max(power.max(), 1e-10))
+    loud = np.flatnonzero(db > -top_db)
+    return samples[hop * loud[0]:min(len(samples), hop * (loud[-1] + 1))]
 
 
 def resampled(chunks, rate):

@@ -49,11 +49,15 @@ def test_wav_to_stdout_and_timings_to_stderr(voice):
 @pytest.mark.slow
 def test_stdin_lines_to_raw_pcm_with_silence_and_a_wav_file(voice, tmp_path):
     quiet = ("--noise-scale", "0", "--noise-w", "0", "-q")
-    r = run("-m", voice, "--output-raw", *quiet, "--sentence-silence", "0.5", input="One.\n\nTwo.\n")
+    r = run("-m", voice, "--output-raw", *quiet, "--sentence-silence", "0.5", input="One. Two.\n\nThree.\n")
     assert r.exit_code == 0, r.stderr
     assert "22050" in r.stderr
     raw = np.frombuffer(r.stdout_bytes, np.int16)
-    assert not raw[-11025:].any() and raw.any()
+    plain = np.frombuffer(run("-m", voice, "--output-raw", *quiet, input="One. Two.\n\nThree.\n").stdout_bytes, np.int16)
+    # piper's placement: between the sentences of a line, none after the last or across lines
+    assert len(raw) - len(plain) == 11025 and raw.any()
+    silent = np.flatnonzero(np.diff(np.flatnonzero(raw)) > 11025)
+    assert silent.size == 1
     out = tmp_path / "out.wav"
     r = run("-m", voice, *quiet, "-o", str(out), "--speed", "2", "One.")
     assert r.exit_code == 0 and r.stdout_bytes == b""

@@ -41,6 +41,21 @@ def test_espeak_phonemes_are_kokoro_onnxs(model_path):
     assert ["".join(s) for s in ours] == theirs
 
 
+@pytest.mark.parametrize("lead,tail,noise", [(0, 0, 1e-4), (3000, 40000, 2e-4), (24000, 777, 1e-4),
+                                             (513, 1023, 2e-4), (9000, 9000, 5e-4)])
+def test_trim_silence_cuts_where_kokoro_onnx_does(lead, tail, noise):
+    """Our trim (librosa's rule) keeps the same samples as kokoro-onnx's own trim, on a tone
+    between stretches of faint noise (-65 dB of the tone is cut, -57 dB kept)."""
+    from dasllama.core.tts.synth import trim_silence
+    reference = pytest.importorskip("kokoro_onnx.trim")
+    rng = np.random.default_rng(lead + tail)
+    tone = 0.5 * np.sin(np.arange(30000) * 0.07).astype(np.float32)
+    audio = np.concatenate([rng.normal(0, noise, lead), tone, rng.normal(0, noise, tail)]).astype(np.float32)
+    theirs, (start, end) = reference.trim(audio)
+    ours = trim_silence(audio)
+    assert ours.size == theirs.size and np.array_equal(ours, audio[start:end])
+
+
 def _wer(ref, hyp):
     """Word error rate: word-level edit distance over the reference's length."""
     words = lambda s: re.findall(r"[a-z0-9']+", s.lower())   # noqa: E731
