@@ -18,17 +18,30 @@ into another venv would recompile everything) and, before 0.68, stamps its index
 file's mtime (a reinstall in place would too). Inside dasllama's tree the folder is the
 file's path relative to the package (the folder above it is already named by a hash of the
 compiled sources, kernels/__init__.py) and the stamp is a sha256 of the file's bytes.
+
+And it names dasllama's compiled functions by content. numba names a function's machine code
+after its qualified name and a counter of the functions this process has compiled
+(`kernel$15`), and marks the callees it links into a caller as one-definition-rule symbols: a
+process that loads two cached libraries defining the same name runs the first one loaded for
+both. Two closures of one template (the Q4_0 and the Q8_0 kernels of simd.make_kernel),
+compiled by two processes that had each compiled the same number of functions before, get the
+same name; a third process that loads the Q4_0 kernel and then the Q8_0 dispatch multiplied
+Q8_0 weights with the Q4_0 code (NaNs, reads past the buffers), on any host whose cache grew
+over several runs. `_named_by_content` puts a hash of the function's code and closure into
+the name, so equal names mean equal code.
 """
 import contextlib
 import functools
 import hashlib
 import itertools
+import marshal
 import os
 from pathlib import Path
 
-from numba.core import caching
+from numba.core import bytecode, caching, serialize
 
 NUMBA_SAVE = caching.IndexDataCacheFile.save   # numba's own, for the test that shows its race
+NUMBA_IDENTITY = bytecode.FunctionIdentity.from_function   # numba's naming, likewise
 _NEEDS = ("_load_index", "_save_index", "_save_data", "_data_name")
 
 
@@ -107,8 +120,38 @@ def _key_by_content():
         lambda cls, py_file: _package_subpath(py_file, numba_subpath))
 
 
+def _content_tag(func):
+    """A hash of what decides a function's machine code besides its module's source: its code
+    object (constants, names and nested code included) and its closure's values, pickled as
+    numba pickles them for its cache key; None where they do not pickle (numba caches no such
+    function either)."""
+    try:
+        cells = tuple(c.cell_contents for c in func.__closure__ or ())
+        return hashlib.sha256(marshal.dumps(func.__code__) + serialize.dumps(cells)).hexdigest()[:16]
+    except Exception:       # noqa: BLE001  (anything unpicklable: leave numba's name)
+        return None
+
+
+def _named_by_content():
+    original = bytecode.FunctionIdentity.from_function
+    if getattr(original, "dasllama", False):
+        return
+
+    def from_function(cls, pyfunc):
+        self = original.__func__(cls, pyfunc)
+        if _in_package(self.filename) is not None:
+            tag = _content_tag(self.func)
+            if tag is not None:
+                self.func_qualname = f"{self.func_qualname}__{tag}"
+                self.unique_name = f"{self.func_qualname}${self.unique_id}"
+        return self
+    from_function.dasllama = True
+    bytecode.FunctionIdentity.from_function = classmethod(from_function)
+
+
 def installed():
-    return caching.IndexDataCacheFile.save is _locked_save
+    return caching.IndexDataCacheFile.save is _locked_save and \
+        getattr(bytecode.FunctionIdentity.from_function, "dasllama", False)
 
 
 def install():
@@ -121,3 +164,4 @@ def install():
                           f"lacks: install a numba dasllama supports (pip install 'numba<0.70')")
     caching.IndexDataCacheFile.save = _locked_save
     _key_by_content()
+    _named_by_content()

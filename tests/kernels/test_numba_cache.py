@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 
 N_PROCS, N_VARIANTS = 4, 8
@@ -78,6 +79,54 @@ def test_numba_own_save_hands_a_closure_another_closures_code(tmp_path):
 
 def test_dasllama_save_keeps_every_closure_its_own_code(tmp_path):
     assert wrong_loads(tmp_path, "dasllama") == []
+
+
+# one process's matmul over one format, the kernel's compile numbered from a fixed counter
+# value (as in a process that had compiled as many functions before it), or loaded
+NAMED = """
+import itertools, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from numba.core import bytecode
+from dasllama.kernels import matmul as M, numba_cache, quants as Q
+from tests.kernels.test_matmul import _case, _ref
+if sys.argv[2] == "numba":
+    bytecode.FunctionIdentity.from_function = numba_cache.NUMBA_IDENTITY
+for name in sys.argv[4:]:
+    q = getattr(Q, name)
+    w, x = _case(q, n_rows=19, n_tokens=1, seed=3)
+    xq, xd, xa, xf = M.act_buffers(1, x.shape[1])
+    M.quantizer_for(M.act_kind(q))(x, xq, xd, xa, xf)
+    if sys.argv[3] == "numbered":
+        bytecode.FunctionIdentity._unique_ids = itertools.count(10**6)
+    out = np.zeros((1, 19), np.float32)
+    M.matmul_for((q,))(q, w.reshape(-1).view(np.uint8), 19, x.shape[1], xq, xd, xa, xf, 1, out)
+    print(name, np.array_equal(out, _ref(q, w, x)[0]))
+"""
+
+
+def wrong_after_loading_both(tmp_path, naming):
+    """Formats whose matmul was wrong in a process that loaded the Q4_0 kernel and then the
+    Q8_0 dispatch, each compiled by its own process numbered alike."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    root = str(Path(__file__).resolve().parents[2])
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-c", NAMED, root, naming, *args], env=env,
+                             capture_output=True, text=True, timeout=600, check=True).stdout
+        return [line.split()[0] for line in out.splitlines() if line.endswith("False")]
+    assert run("numbered", "Q8_0") == [] and run("numbered", "Q4_0") == []
+    return run("loaded", "Q4_0", "Q8_0")
+
+
+def test_numba_naming_links_one_closure_into_anothers_caller(tmp_path):
+    """The collision is real: numba names both kernels make_kernel.<locals>.kernel$1000001,
+    and the Q8_0 dispatch, loaded after the Q4_0 kernel, runs the Q4_0 code."""
+    assert wrong_after_loading_both(tmp_path, "numba") == ["Q8_0"]
+
+
+def test_dasllama_naming_keeps_each_closure_its_own_code(tmp_path):
+    assert wrong_after_loading_both(tmp_path, "dasllama") == []
 
 
 def test_the_cache_folder_changes_with_what_the_decode_step_links_in(monkeypatch):
