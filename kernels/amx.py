@@ -23,7 +23,7 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .cpu import llvm_has
-from .ir import I8, I16, I64, Gen, bits_f32, f32_bits, i64_call
+from .ir import F32T, I8, I16, I32, I64, Gen, bits_f32, f32_bits, i64_call, vec
 from .quants import JIT
 from .simd import _loop
 
@@ -89,6 +89,10 @@ def bf16_gemm(m_tiles, n_tiles, passes):
     if key in _gemms:
         return _gemms[key]
     assert m_tiles * n_tiles + m_tiles + n_tiles <= 8
+    # a tile of each part where they all fit (tiles are not renamed: a load into a tile
+    # waits for the products reading it), else one that the parts take in turn
+    count = n_parts(passes)
+    a_slots = b_slots = count if m_tiles * n_tiles + count * (m_tiles + n_tiles) <= 8 else 1
     name = f"dasllama_amx_bf16_{m_tiles}x{n_tiles}_" + "_".join(f"{p}{q}" for p, q in passes)
 
     def emit(b, args):
@@ -99,8 +103,8 @@ def bf16_gemm(m_tiles, n_tiles, passes):
         configure(g)
         void = ir.VoidType()
         c_tile = lambda i, j: g.c(I8, i * n_tiles + j)
-        a_tile = lambda i: g.c(I8, m_tiles * n_tiles + i)
-        b_tile = lambda j: g.c(I8, m_tiles * n_tiles + m_tiles + j)
+        a_tile = lambda i, p: g.c(I8, m_tiles * n_tiles + (p % a_slots) * m_tiles + i)
+        b_tile = lambda j, q: g.c(I8, m_tiles * n_tiles + a_slots * m_tiles + (q % b_slots) * n_tiles + j)
         a_step, c_step = b.mul(g.c(I64, TILE), a_rs), b.mul(g.c(I64, TILE), c_rs)
         zero = [g.c(I64, 0)]
 
@@ -117,23 +121,23 @@ def bf16_gemm(m_tiles, n_tiles, passes):
 
                 def block(kb, acc):
                     a_k, b_k = g.at(a_o, b.mul(kb, a_ks)), g.at(b_o, b.mul(kb, b_ks))
-                    loaded_a = loaded_b = None
+                    loaded_a, loaded_b = [None] * a_slots, [None] * b_slots
                     for p, q in passes:
-                        if p != loaded_a:
+                        if loaded_a[p % a_slots] != p:
                             a_pk = g.at(a_k, b.mul(g.c(I64, p), a_part))
                             for i in range(m_tiles):
                                 g.intr("llvm.x86.tileloadd64", void,
-                                       [a_tile(i), g.at(a_pk, b.mul(g.c(I64, i), a_step)), a_rs])
-                            loaded_a = p
-                        if q != loaded_b:
+                                       [a_tile(i, p), g.at(a_pk, b.mul(g.c(I64, i), a_step)), a_rs])
+                            loaded_a[p % a_slots] = p
+                        if loaded_b[q % b_slots] != q:
                             b_qk = g.at(b_k, b.mul(g.c(I64, q), b_part))
                             for j in range(n_tiles):
                                 g.intr("llvm.x86.tileloadd64", void,
-                                       [b_tile(j), g.at(b_qk, b.mul(g.c(I64, j), b_ns)), b_rs])
-                            loaded_b = q
+                                       [b_tile(j, q), g.at(b_qk, b.mul(g.c(I64, j), b_ns)), b_rs])
+                            loaded_b[q % b_slots] = q
                         for i in range(m_tiles):
                             for j in range(n_tiles):
-                                g.intr("llvm.x86.tdpbf16ps", void, [c_tile(i, j), a_tile(i), b_tile(j)])
+                                g.intr("llvm.x86.tdpbf16ps", void, [c_tile(i, j), a_tile(i, p), b_tile(j, q)])
                     return acc
 
                 return _loop(g, g.c(I64, 0), n_kb, acc, block)
@@ -275,3 +279,46 @@ def bf16_matmul(a, b, passes=PASSES_2):
     c = np.zeros((ap.shape[1], bp.shape[2]), np.float32)
     matmul_kernel(passes)(ap, bp, c)
     return c[:a.shape[0], :b.shape[1]]
+
+
+_splits = {}
+
+
+def split_row(n_parts):
+    """numba intrinsic split(src, dst, dst_part, n, slope_bits), addresses and strides in
+    bytes as int64: dst + p*dst_part + 2i = the bf16 bits of part p of leaky_relu(src[i],
+    slope) for i < n, n a multiple of 16 (slope_bits: the float32's bits; 1.0 for none). 16
+    lanes at a time: the loop numba would not vectorise."""
+    if n_parts in _splits:
+        return _splits[n_parts]
+    name = f"dasllama_amx_split_row_{n_parts}"
+    vf, vi, vh = vec(F32T, 16), vec(I32, 16), vec(I16, 16)
+
+    def emit(b, args):
+        g = Gen(b)
+        src, dst, dst_part, n, slope_bits = args
+        s_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (src, dst))
+        slope = g.splat(b.bitcast(b.trunc(slope_bits, I32), F32T), 16)
+
+        def block(i, acc):
+            v = g.load(s_p, b.mul(i, g.c(I64, 64)), vf)
+            v = g.intr("llvm.maxnum.v16f32", vf, [v, b.fmul(v, slope)])
+            for p in range(n_parts):
+                u = b.bitcast(v, vi)
+                odd = b.and_(b.lshr(u, g.c(vi, 16)), g.c(vi, 1))
+                h = b.lshr(b.add(b.add(u, g.c(vi, 0x7FFF)), odd), g.c(vi, 16))
+                ptr = g.at(d_p, b.add(b.mul(g.c(I64, p), dst_part), b.mul(i, g.c(I64, 32))))
+                b.store(b.trunc(h, vh), b.bitcast(ptr, vh.as_pointer())).align = 2
+                if p + 1 < n_parts:
+                    v = b.fsub(v, b.bitcast(b.shl(h, g.c(vi, 16)), vf))
+            return acc
+
+        _loop(g, g.c(I64, 0), b.sdiv(n, g.c(I64, 16)), [g.c(I64, 0)], block)
+
+    @intrinsic
+    def split(typingctx, src, dst, dst_part, n, slope_bits):
+        return i64_call(5, name, emit)
+
+    split._set_uuid(f"dasllama.amx.{name}")
+    _splits[n_parts] = split
+    return split

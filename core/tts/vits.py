@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dasllama.kernels import amx
 from dasllama.kernels.tts.conv import conv1d_tiled, tiled
+from dasllama.kernels.tts.conv_amx import TimeMajorTaps, conv_time_major, conv_transpose_time_major, polyphase_taps
 from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
 
@@ -35,11 +37,18 @@ class Conv:
     stride: int
     groups: int
     transpose: bool
+    time_major: TimeMajorTaps = None    # the taps split for the bf16 tiles, where AMX runs this conv
 
     def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1):
-        """residual + conv(leaky_relu(x, slope)); x (C_in, T). Dense convs run on the register
+        """residual + conv(leaky_relu(x, slope)); x (C_in, T), or (T, C_in) with the result
+        (T', C_out) where this conv has time_major taps. Dense convs run on the register
         tiles (kernels/tts/conv.py) with the activation and the residual fused, their output
         channels split in n_parts on `pool` when one is given."""
+        if self.time_major is not None:
+            if self.transpose:
+                n_out = (x.shape[0] - 1) * self.stride + self.weight.shape[2] - sum(self.pads)
+                return conv_transpose_time_major(x, self.time_major, self.stride, self.pads[0], n_out, slope)
+            return conv_time_major(x, self.time_major, self.pads, self.dilation, slope, residual)
         if not self.transpose and tiled(self.weight, self.groups):
             return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual,
                                 pool, n_parts)
@@ -80,6 +89,19 @@ def read_convs(onnx_model):
                            pads, a.get("dilations", [1])[0], a.get("strides", [1])[0],
                            a.get("group", 1), node.op == "ConvTranspose")
     return convs
+
+
+def split_for_tiles(convs):
+    """Give the dense and transposed convs their time-major bf16 taps (the decoder runs on them
+    where AMX-BF16 is granted)."""
+    for conv in convs:
+        if conv.groups != 1:
+            continue
+        if conv.transpose:
+            conv.time_major = TimeMajorTaps(polyphase_taps(conv.weight, conv.stride),
+                                            None if conv.bias is None else np.tile(conv.bias, conv.stride))
+        else:
+            conv.time_major = TimeMajorTaps(conv.weight, conv.bias)
 
 
 def _lookup_table(onnx_model, graph_input):
@@ -141,6 +163,10 @@ class Vits:
         self.n_ups = _count(self.convs, "dec.ups.{}")
         self.n_kernels = _count(self.convs, "dec.resblocks.{}.convs.0") // self.n_ups \
             or _count(self.convs, "dec.resblocks.{}.convs1.0") // self.n_ups
+        # HiFi-GAN time-major on AMX-BF16 tiles where granted (kernels/tts/conv_amx.py)
+        self.time_major = amx.BF16
+        if self.time_major:
+            split_for_tiles(c for name, c in self.convs.items() if name.startswith("dec."))
 
     def norm(self, name, x):
         gamma, beta = self.norms[name]
@@ -284,30 +310,43 @@ class Vits:
     def resblocks(self, i, x):
         """The mean of stage i's resblocks, over tiles of RESBLOCK_TILE samples with their
         reach of context, so each tile's passes stay in cache (the last stage's activations
-        are ~13 MB for a 5 s sentence); the crops join into the untiled result."""
+        are ~13 MB for a 5 s sentence); the crops join into the untiled result. x (C, T), or
+        (T, C) time-major."""
         js = range(i * self.n_kernels, (i + 1) * self.n_kernels)
         reach = max(self.resblock_reach(j) for j in js)
-        n = x.shape[1]
-        out = np.empty_like(x)
+        span = (lambda lo, hi: slice(lo, hi)) if self.time_major else (lambda lo, hi: (slice(None), slice(lo, hi)))
+        n = x.shape[0 if self.time_major else 1]
+        out = np.empty(x.shape, np.float32)
         for a in range(0, n, RESBLOCK_TILE):
             b = min(n, a + RESBLOCK_TILE)
             lo, hi = max(0, a - reach), min(n, b + reach)
-            tile = np.ascontiguousarray(x[:, lo:hi])
+            tile = np.ascontiguousarray(x[span(lo, hi)])
             xs = self.resblock(js[0], tile)
             for j in js[1:]:
                 xs += self.resblock(j, tile)
-            out[:, a:b] = xs[:, a - lo:b - lo]
+            out[span(a, b)] = xs[span(a - lo, b - lo)]
         out /= self.n_kernels
         return out
 
     def decode(self, z, g=None):
         """HiFi-GAN: latent frames (channels, n_frames) -> waveform (n_frames * hop,)."""
+        if self.time_major:
+            return self.decode_time_major(z, g)
         x = self.convs["dec.conv_pre"](z)
         if g is not None:
             x = x + self.convs["dec.cond"](g)
         for i in range(self.n_ups):
             x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1))
         return np.tanh(self.convs["dec.conv_post"](x, 0.01))[0]
+
+    def decode_time_major(self, z, g=None):
+        """decode with the activations (samples, channels), the convs on the bf16 tiles."""
+        x = self.convs["dec.conv_pre"](np.ascontiguousarray(z.T))
+        if g is not None:
+            x = x + self.convs["dec.cond"](np.ascontiguousarray(g.T))
+        for i in range(self.n_ups):
+            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1))
+        return np.tanh(self.convs["dec.conv_post"](x, 0.01)[:, 0])
 
     # -- the whole utterance -----------------------------------------------------------------
 

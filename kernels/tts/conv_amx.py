@@ -1,0 +1,137 @@
+"""Float32-accurate 1-D convolutions on AMX-BF16 tiles (kernels/amx.py's bf16_gemm), time-major:
+x (T, C_in) -> out (T', C_out), for HiFi-GAN's decoder where AMX is granted.
+
+Time-major because a tile's rows are then positions with their channels contiguous: a tap is
+the same tile `dilation` rows further (no windows repeating the reach), the output tile is
+stored as the next conv's input, and a ConvTranspose's polyphase output, (frames, stride x
+C_out), is already its (samples, C_out). The input pass applies the leaky ReLU and splits each
+value into its bf16 parts; the output starts as bias (+ residual) and the tiles add into it.
+The weights are split and packed once, as the 1 KB B tiles tdpbf16ps reads.
+"""
+import numpy as np
+from numba import njit
+
+from .. import amx
+from ..ir import f32_bits
+from ..quants import JIT
+
+# hi.hi + lo.hi + hi.lo: each product to ~2^-17, and Piper's verify error no larger than with
+# float32 products (the six passes of three parts cost 1.3-1.5x a sentence for no gain there)
+PASSES = amx.PASSES_2
+N_PARTS = amx.n_parts(PASSES)
+TILES = (2, 2)              # C tiles a call: 16 positions and 16 output channels each
+M_SPAN, N_SPAN = amx.TILE * TILES[0], amx.TILE * TILES[1]
+
+
+class TimeMajorTaps:
+    """A conv's taps (K, C_out, C_in) split and packed for conv_time_major: tiles (parts,
+    C_out / 16, K, C_in / 32, 16, 16, 2) bf16 bits, element [p, nb, k, kb, r, n, e] = part p of
+    taps[k, 16 nb + n, 32 kb + 2r + e], zeros past C_out and C_in (padded to N_SPAN and 32)."""
+
+    def __init__(self, taps, bias):
+        n_taps, c_out, c_in = taps.shape
+        self.n_taps, self.c_out, self.c_in = n_taps, c_out, c_in
+        self.c_out_pad, self.c_in_pad = amx.pad_to(c_out, N_SPAN), amx.pad_to(c_in, 32)
+        w = np.zeros((n_taps, self.c_out_pad, self.c_in_pad), np.float32)
+        w[:, :c_out, :c_in] = taps
+        parts = amx.bf16_parts(w, N_PARTS)                      # (p, k, co, ci)
+        parts = parts.reshape(N_PARTS, n_taps, self.c_out_pad // amx.TILE, amx.TILE,
+                              self.c_in_pad // 32, amx.TILE, 2)  # (p, k, nb, n, kb, r, e)
+        self.tiles = np.ascontiguousarray(parts.transpose(0, 2, 1, 4, 5, 3, 6))
+        self.bias = np.zeros(self.c_out_pad, np.float32)
+        if bias is not None:
+            self.bias[:c_out] = bias
+
+
+_split = amx.split_row(N_PARTS)
+
+
+@njit(**JIT)
+def pack_input(x, pad_left, slope, xt):
+    """xt[p, i, c] = part p of leaky_relu(x[i - pad_left, c], slope) (zero outside x and past
+    C_in): x (T, C_in) float32 with contiguous rows, xt (parts, rows, C_in padded to 32) bf16
+    bits."""
+    n, c_in = x.shape
+    n_parts, n_rows, width = xt.shape
+    xt[:, :, c_in:] = 0
+    slope_bits = f32_bits(slope)
+    n_vec = c_in // 16 * 16
+    for i in range(n_rows):
+        j = i - pad_left
+        if j < 0 or j >= n:
+            xt[:, i, :c_in] = 0
+            continue
+        _split(x.ctypes.data + j * x.strides[0], xt.ctypes.data + i * width * 2, n_rows * width * 2,
+               n_vec, slope_bits)
+        for c in range(n_vec, c_in):
+            v = x[j, c]
+            v = max(v, v * slope)
+            for p in range(n_parts):
+                h = amx.bf16_round(v)
+                xt[p, i, c] = h
+                v = v - amx.bf16_value(h)
+
+
+@njit(**JIT)
+def init_output(bias, residual, out):
+    """out[t, c] = bias[c] + residual[t, c] (residual (0, 0) for none; bias only past its rows
+    and channels)."""
+    n_rows, width = out.shape
+    n_res, c_res = residual.shape
+    for t in range(n_rows):
+        for c in range(width):
+            out[t, c] = bias[c] + residual[t, c] if t < n_res and c < c_res else bias[c]
+
+
+_gemm = amx.bf16_gemm(*TILES, PASSES) if amx.BF16 else None
+
+
+@njit(**JIT)
+def _run(xt, tiles, n_taps, dilation, out, t_lo, t_hi):
+    """out[t_lo:t_hi] += the conv of xt's rows by the packed taps, M_SPAN positions a call."""
+    n_parts, n_rows, width = xt.shape
+    n_cols = out.shape[1]
+    n_kb = width // 32
+    a_rs = width * 2
+    b_ns = n_taps * n_kb * 1024
+    for t in range(t_lo, t_hi, M_SPAN):
+        _gemm(xt.ctypes.data + t * a_rs, a_rs, 64, n_rows * a_rs, dilation * a_rs,
+              tiles.ctypes.data, 64, 1024, b_ns, tiles.size // n_parts * 2, n_kb * 1024, TILES[1] * b_ns,
+              out.ctypes.data + t * n_cols * 4, n_cols * 4, N_SPAN * 4, n_kb, n_taps, n_cols // N_SPAN)
+
+
+def conv_time_major(x, taps, pads, dilation=1, slope=1.0, residual=None):
+    """residual + conv1d(leaky_relu(x, slope)) time-major: x (T, C_in) float32, taps a
+    TimeMajorTaps, residual (n_out, C_out) or None -> (n_out, C_out), n_out = T + pads -
+    dilation * (K - 1), a view of rows and channels padded to 32."""
+    reach = dilation * (taps.n_taps - 1)
+    n_out = x.shape[0] + pads[0] + pads[1] - reach
+    n_pos = amx.pad_to(n_out, M_SPAN)
+    xt = np.empty((N_PARTS, n_pos + reach, taps.c_in_pad), np.uint16)
+    if x.strides[1] != 4:
+        x = np.ascontiguousarray(x)
+    pack_input(x, pads[0], np.float32(slope), xt)
+    out = np.empty((n_pos, taps.c_out_pad), np.float32)
+    init_output(taps.bias, np.zeros((0, 0), np.float32) if residual is None else residual, out)
+    _run(xt, taps.tiles, taps.n_taps, dilation, out, 0, n_pos)
+    return out[:n_out, :taps.c_out]
+
+
+def polyphase_taps(weight, stride):
+    """A ConvTranspose's weight (C_in, C_out, K) as the taps (M, stride C_out, C_in) of a conv
+    with M = ceil(K / stride) taps and M - 1 zeros of padding either side: its output row q,
+    as (stride, C_out), is the transposed conv's samples q*stride .. q*stride + stride - 1."""
+    c_in, c_out, k = weight.shape
+    m = -(-k // stride)
+    w = np.zeros((c_in, c_out, m * stride), np.float32)
+    w[:, :, :k] = weight
+    w = w.reshape(c_in, c_out, m, stride)[:, :, ::-1]            # tap k' reads x[q - (M-1-k')]
+    return np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(m, stride * c_out, c_in))
+
+
+def conv_transpose_time_major(x, taps, stride, pad, n_out, slope=1.0):
+    """ConvTranspose1d(leaky_relu(x, slope)) time-major through polyphase_taps' conv: x (T, C_in)
+    -> (n_out, C_out), the samples from `pad` on."""
+    m = taps.n_taps
+    y = conv_time_major(x, taps, (m - 1, m - 1), 1, slope)         # (T + M - 1, stride C_out)
+    return y.reshape(-1, taps.c_out // stride)[pad:pad + n_out]
