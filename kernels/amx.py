@@ -71,20 +71,23 @@ _gemms = {}
 
 
 def bf16_gemm(m_tiles, n_tiles, passes):
-    """numba intrinsic gemm(a, a_rs, a_ks, a_part, a_outer, b, b_rs, b_ks, b_ns, b_part, b_outer,
-    b_jb, c, c_rs, c_jb, n_kb, n_outer, n_jb), addresses and strides in bytes as int64:
+    """numba intrinsic gemm(a, a_rs, a_ks, a_part, a_outer, a_ib, b, b_rs, b_ks, b_ns, b_part,
+    b_outer, b_jb, c, c_rs, c_ib, c_jb, n_kb, n_outer, n_ib, n_jb), addresses and strides in
+    bytes as int64:
 
-    for jb < n_jb: C_jb += sum over o < n_outer, kb < n_kb, (p, q) in passes of A[p, o, kb] . B[q, o, kb, jb]
+    for ib < n_ib, jb < n_jb:
+        C[ib, jb] += sum over o < n_outer, kb < n_kb, (p, q) in passes of A[p, o, kb, ib] . B[q, o, kb, jb]
 
-    C_jb: 16 m_tiles x 16 n_tiles float32 at c + jb*c_jb, rows c_rs apart, read and written
-    back (the caller starts it at zero, a bias or a residual). A[p, o, kb]: 16 m_tiles rows of
-    32 bf16 (the summed axis) at a + p*a_part + o*a_outer + kb*a_ks, rows a_rs apart (a_ks 64
-    for a plain row-major A). B[q, o, kb, jb]: 16 rows of pairs (summed indices 2r, 2r+1) of
-    16 n_tiles columns, the bf16 pair of column n at row r at 4n + r*b_rs, column tile j 64 bytes
-    at j*b_ns, from b + q*b_part + o*b_outer + kb*b_ks + jb*b_jb: the 1 KB tiles packed
-    (b_rs 64, b_ns 1024, ...) or a window of pairs by column (b_rs the window's row, b_ns 64).
-    The outer axis is a conv's taps (b_outer a dilation's columns) or 1. Parts are loaded once
-    for consecutive passes that share them: order `passes` to reuse."""
+    C[ib, jb]: 16 m_tiles x 16 n_tiles float32 at c + ib*c_ib + jb*c_jb, rows c_rs apart, read
+    and written back (the caller starts it at zero, a bias or a residual). A[p, o, kb, ib]: 16
+    m_tiles rows of 32 bf16 (the summed axis) at a + p*a_part + o*a_outer + kb*a_ks + ib*a_ib,
+    rows a_rs apart (a_ks 64 for a plain row-major A). B[q, o, kb, jb]: 16 rows of pairs (summed
+    indices 2r, 2r+1) of 16 n_tiles columns, the bf16 pair of column n at row r at 4n + r*b_rs,
+    column tile j at j*b_ns, from b + q*b_part + o*b_outer + kb*b_ks + jb*b_jb: the 1 KB tiles
+    packed (b_rs 64, b_ns 1024, ...) or a window of pairs by column (b_rs the window's row, b_ns
+    64). The outer axis is a conv's taps (a_outer a dilation's rows) or 1. Parts are loaded
+    once for consecutive passes that share them: order `passes` to reuse. One tile
+    configuration a call: give it many blocks."""
     key = (m_tiles, n_tiles, tuple(passes))
     if key in _gemms:
         return _gemms[key]
@@ -97,8 +100,8 @@ def bf16_gemm(m_tiles, n_tiles, passes):
 
     def emit(b, args):
         g = Gen(b)
-        (a, a_rs, a_ks, a_part, a_outer, bb, b_rs, b_ks, b_ns, b_part, b_outer, b_jb,
-         c, c_rs, c_jb, n_kb, n_outer, n_jb) = args
+        (a, a_rs, a_ks, a_part, a_outer, a_ib, bb, b_rs, b_ks, b_ns, b_part, b_outer, b_jb,
+         c, c_rs, c_ib, c_jb, n_kb, n_outer, n_ib, n_jb) = args
         a_p, b_p, c_p = (b.inttoptr(v, I8.as_pointer()) for v in (a, bb, c))
         configure(g)
         void = ir.VoidType()
@@ -108,7 +111,12 @@ def bf16_gemm(m_tiles, n_tiles, passes):
         a_step, c_step = b.mul(g.c(I64, TILE), a_rs), b.mul(g.c(I64, TILE), c_rs)
         zero = [g.c(I64, 0)]
 
-        def column_block(jb, acc):
+        def row_block(ib, acc):
+            a_ibp, c_ibp = g.at(a_p, b.mul(ib, a_ib)), g.at(c_p, b.mul(ib, c_ib))
+            _loop(g, g.c(I64, 0), n_jb, zero, lambda jb, acc: column_block(a_ibp, c_ibp, jb, acc))
+            return acc
+
+        def column_block(a_p, c_p, jb, acc):
             c_jbp = g.at(c_p, b.mul(jb, c_jb))
             c_at = lambda i, j: g.at(c_jbp, b.add(b.mul(g.c(I64, i), c_step), g.c(I64, 64 * j)))
             for i in range(m_tiles):
@@ -148,17 +156,33 @@ def bf16_gemm(m_tiles, n_tiles, passes):
                     g.intr("llvm.x86.tilestored64", void, [c_tile(i, j), c_at(i, j), c_rs])
             return acc
 
-        _loop(g, g.c(I64, 0), n_jb, zero, column_block)
+        _loop(g, g.c(I64, 0), n_ib, zero, row_block)
         g.intr("llvm.x86.tilerelease", void, [])
 
     @intrinsic
-    def gemm(typingctx, a, a_rs, a_ks, a_part, a_outer, bb, b_rs, b_ks, b_ns, b_part, b_outer,
-             b_jb, c, c_rs, c_jb, n_kb, n_outer, n_jb):
-        return i64_call(18, name, emit)
+    def gemm(typingctx, a, a_rs, a_ks, a_part, a_outer, a_ib, bb, b_rs, b_ks, b_ns, b_part, b_outer,
+             b_jb, c, c_rs, c_ib, c_jb, n_kb, n_outer, n_ib, n_jb):
+        return i64_call(21, name, emit)
 
     gemm._set_uuid(f"dasllama.amx.{name}")      # stable across processes: see simd.py
     _gemms[key] = gemm
     return gemm
+
+
+def empty_aligned(shape, dtype):
+    """np.empty on a 64-byte boundary: a tile's rows are then whole cache lines (numpy aligns
+    to 16 bytes, and a tile of rows split across lines loads at half the rate or less)."""
+    dtype = np.dtype(dtype)
+    n_bytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(n_bytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + n_bytes].view(dtype).reshape(shape)
+
+
+def zeros_aligned(shape, dtype):
+    out = empty_aligned(shape, dtype)
+    out[...] = 0
+    return out
 
 
 # --- splitting float32 into bf16 parts --------------------------------------------------------
@@ -230,7 +254,7 @@ def pack_rows(a, count):
     """A (M, K) float32 -> its parts (count, M padded to 32, K padded to 32) bf16 bits, zeros
     in the padding: the row-major A bf16_gemm reads."""
     m, k = a.shape
-    out = np.zeros((count, pad_to(m, TILE * MATMUL_TILES[0]), pad_to(k, 32)), np.uint16)
+    out = zeros_aligned((count, pad_to(m, TILE * MATMUL_TILES[0]), pad_to(k, 32)), np.uint16)
     out[:, :m, :k] = bf16_parts(a, count)
     return out
 
@@ -242,7 +266,9 @@ def pack_pairs(b, count):
     out = np.zeros((count, pad_to(k, 32), pad_to(n, TILE * MATMUL_TILES[1])), np.uint16)
     out[:, :k, :n] = bf16_parts(b, count)
     c, kp, n_p = out.shape
-    return np.ascontiguousarray(out.reshape(c, kp // 2, 2, n_p).transpose(0, 1, 3, 2))
+    pairs = empty_aligned((c, kp // 2, n_p, 2), np.uint16)
+    pairs[...] = out.reshape(c, kp // 2, 2, n_p).transpose(0, 1, 3, 2)
+    return pairs
 
 
 _matmuls = {}
@@ -263,10 +289,9 @@ def matmul_kernel(passes):
         _, m, k = ap.shape
         n = bp.shape[2]
         a_rs, b_rs = k * 2, n * 4
-        for i in range(0, m, rows):
-            gemm(ap.ctypes.data + i * a_rs, a_rs, 64, m * a_rs, 0,
-                 bp.ctypes.data, b_rs, 16 * b_rs, 64, (k // 2) * b_rs, 0, cols * 4,
-                 c.ctypes.data + i * n * 4, n * 4, cols * 4, k // 32, 1, n // cols)
+        gemm(ap.ctypes.data, a_rs, 64, m * a_rs, 0, rows * a_rs,
+             bp.ctypes.data, b_rs, 16 * b_rs, 64, (k // 2) * b_rs, 0, cols * 4,
+             c.ctypes.data, n * 4, rows * n * 4, cols * 4, k // 32, 1, m // rows, n // cols)
 
     _matmuls[passes] = run
     return run
@@ -276,7 +301,7 @@ def bf16_matmul(a, b, passes=PASSES_2):
     """a (M, K) @ b (K, N) float32 on the bf16 tiles with the given passes -> (M, N) float32."""
     count = n_parts(passes)
     ap, bp = pack_rows(a, count), pack_pairs(b, count)
-    c = np.zeros((ap.shape[1], bp.shape[2]), np.float32)
+    c = zeros_aligned((ap.shape[1], bp.shape[2]), np.float32)
     matmul_kernel(passes)(ap, bp, c)
     return c[:a.shape[0], :b.shape[1]]
 
@@ -285,10 +310,12 @@ _splits = {}
 
 
 def split_row(n_parts):
-    """numba intrinsic split(src, dst, dst_part, n, slope_bits), addresses and strides in
-    bytes as int64: dst + p*dst_part + 2i = the bf16 bits of part p of leaky_relu(src[i],
-    slope) for i < n, n a multiple of 16 (slope_bits: the float32's bits; 1.0 for none). 16
-    lanes at a time: the loop numba would not vectorise."""
+    """numba intrinsic split(src, dst, dst_part, n, slope_bits, copy, bias), addresses and
+    strides in bytes as int64: dst + p*dst_part + 2i = the bf16 bits of part p of
+    leaky_relu(src[i], slope) for i < n, n a multiple of 16 (slope_bits: the float32's bits;
+    1.0 for none); where copy is not 0, also copy[i] = src[i] + bias[i] (float32: a conv's
+    output started as its bias plus the input as residual, in the same pass). 16 lanes at a
+    time: the loop numba would not vectorise."""
     if n_parts in _splits:
         return _splits[n_parts]
     name = f"dasllama_amx_split_row_{n_parts}"
@@ -296,28 +323,40 @@ def split_row(n_parts):
 
     def emit(b, args):
         g = Gen(b)
-        src, dst, dst_part, n, slope_bits = args
-        s_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (src, dst))
+        src, dst, dst_part, n, slope_bits, copy, bias = args
+        s_p, d_p, c_p, b_p = (b.inttoptr(v, I8.as_pointer()) for v in (src, dst, copy, bias))
         slope = g.splat(b.bitcast(b.trunc(slope_bits, I32), F32T), 16)
 
-        def block(i, acc):
-            v = g.load(s_p, b.mul(i, g.c(I64, 64)), vf)
-            v = g.intr("llvm.maxnum.v16f32", vf, [v, b.fmul(v, slope)])
-            for p in range(n_parts):
-                u = b.bitcast(v, vi)
-                odd = b.and_(b.lshr(u, g.c(vi, 16)), g.c(vi, 1))
-                h = b.lshr(b.add(b.add(u, g.c(vi, 0x7FFF)), odd), g.c(vi, 16))
-                ptr = g.at(d_p, b.add(b.mul(g.c(I64, p), dst_part), b.mul(i, g.c(I64, 32))))
-                b.store(b.trunc(h, vh), b.bitcast(ptr, vh.as_pointer())).align = 2
-                if p + 1 < n_parts:
-                    v = b.fsub(v, b.bitcast(b.shl(h, g.c(vi, 16)), vf))
-            return acc
+        def body(with_copy):
+            def block(i, acc):
+                v = g.load(s_p, b.mul(i, g.c(I64, 64)), vf)
+                if with_copy:
+                    ptr = g.at(c_p, b.mul(i, g.c(I64, 64)))
+                    total = b.fadd(v, g.load(b_p, b.mul(i, g.c(I64, 64)), vf))
+                    b.store(total, b.bitcast(ptr, vf.as_pointer())).align = 4
+                v = g.intr("llvm.maxnum.v16f32", vf, [v, b.fmul(v, slope)])
+                for p in range(n_parts):
+                    u = b.bitcast(v, vi)
+                    odd = b.and_(b.lshr(u, g.c(vi, 16)), g.c(vi, 1))
+                    h = b.lshr(b.add(b.add(u, g.c(vi, 0x7FFF)), odd), g.c(vi, 16))
+                    ptr = g.at(d_p, b.add(b.mul(g.c(I64, p), dst_part), b.mul(i, g.c(I64, 32))))
+                    b.store(b.trunc(h, vh), b.bitcast(ptr, vh.as_pointer())).align = 2
+                    if p + 1 < n_parts:
+                        v = b.fsub(v, b.bitcast(b.shl(h, g.c(vi, 16)), vf))
+                return acc
+            return block
 
-        _loop(g, g.c(I64, 0), b.sdiv(n, g.c(I64, 16)), [g.c(I64, 0)], block)
+        plain, copying, done = (b.append_basic_block(s) for s in ("plain", "copying", "done"))
+        b.cbranch(b.icmp_signed("==", copy, g.c(I64, 0)), plain, copying)
+        for bb, with_copy in ((plain, False), (copying, True)):
+            b.position_at_end(bb)
+            _loop(g, g.c(I64, 0), b.sdiv(n, g.c(I64, 16)), [g.c(I64, 0)], body(with_copy))
+            b.branch(done)
+        b.position_at_end(done)
 
     @intrinsic
-    def split(typingctx, src, dst, dst_part, n, slope_bits):
-        return i64_call(5, name, emit)
+    def split(typingctx, src, dst, dst_part, n, slope_bits, copy, bias):
+        return i64_call(7, name, emit)
 
     split._set_uuid(f"dasllama.amx.{name}")
     _splits[n_parts] = split

@@ -12,6 +12,7 @@ import numpy as np
 
 from dasllama.kernels import amx
 from dasllama.kernels.tts.conv import conv1d_tiled, tiled
+from dasllama.kernels.tts import conv_amx
 from dasllama.kernels.tts.conv_amx import TimeMajorTaps, conv_time_major, conv_transpose_time_major, polyphase_taps
 from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
@@ -39,16 +40,20 @@ class Conv:
     transpose: bool
     time_major: TimeMajorTaps = None    # the taps split for the bf16 tiles, where AMX runs this conv
 
-    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1):
-        """residual + conv(leaky_relu(x, slope)); x (C_in, T), or (T, C_in) with the result
-        (T', C_out) where this conv has time_major taps. Dense convs run on the register
-        tiles (kernels/tts/conv.py) with the activation and the residual fused, their output
-        channels split in n_parts on `pool` when one is given."""
+    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1, time_major=False):
+        """residual + conv(leaky_relu(x, slope)); x (C_in, T), or (T, C_in) time_major with the
+        result (T', C_out). Convs with time_major taps run on the bf16 tiles; other dense convs
+        on the register tiles (kernels/tts/conv.py) with the activation and the residual fused;
+        their work split in n_parts on `pool` when one is given."""
         if self.time_major is not None:
+            if not time_major:
+                out = self(x.T, slope, None if residual is None else residual.T, pool, n_parts, True)
+                return out.T
             if self.transpose:
                 n_out = (x.shape[0] - 1) * self.stride + self.weight.shape[2] - sum(self.pads)
-                return conv_transpose_time_major(x, self.time_major, self.stride, self.pads[0], n_out, slope)
-            return conv_time_major(x, self.time_major, self.pads, self.dilation, slope, residual)
+                return conv_transpose_time_major(x, self.time_major, self.stride, self.pads[0], n_out, slope,
+                                                 pool, n_parts)
+            return conv_time_major(x, self.time_major, self.pads, self.dilation, slope, residual, pool, n_parts)
         if not self.transpose and tiled(self.weight, self.groups):
             return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual,
                                 pool, n_parts)
@@ -91,17 +96,17 @@ def read_convs(onnx_model):
     return convs
 
 
-def split_for_tiles(convs):
-    """Give the dense and transposed convs their time-major bf16 taps (the decoder runs on them
-    where AMX-BF16 is granted)."""
+def split_for_tiles(convs, passes):
+    """Give the dense and transposed convs their time-major bf16 taps with this pass list (the
+    decoder runs on them where AMX-BF16 is granted)."""
     for conv in convs:
         if conv.groups != 1:
             continue
         if conv.transpose:
             conv.time_major = TimeMajorTaps(polyphase_taps(conv.weight, conv.stride),
-                                            None if conv.bias is None else np.tile(conv.bias, conv.stride))
+                                            None if conv.bias is None else np.tile(conv.bias, conv.stride), passes)
         else:
-            conv.time_major = TimeMajorTaps(conv.weight, conv.bias)
+            conv.time_major = TimeMajorTaps(conv.weight, conv.bias, passes)
 
 
 def _lookup_table(onnx_model, graph_input):
@@ -165,8 +170,9 @@ class Vits:
             or _count(self.convs, "dec.resblocks.{}.convs1.0") // self.n_ups
         # HiFi-GAN time-major on AMX-BF16 tiles where granted (kernels/tts/conv_amx.py)
         self.time_major = amx.BF16
-        if self.time_major:
-            split_for_tiles(c for name, c in self.convs.items() if name.startswith("dec."))
+        if self.time_major:        # not the encoder's and duration predictor's: durations are exact
+            split_for_tiles((c for name, c in self.convs.items() if name.startswith("dec.")), conv_amx.PASSES)
+            split_for_tiles((c for name, c in self.convs.items() if name.startswith("flow.")), amx.PASSES_3)
 
     def norm(self, name, x):
         gamma, beta = self.norms[name]
@@ -292,13 +298,14 @@ class Vits:
 
     def resblock(self, j, x):
         p = f"dec.resblocks.{j}"
+        tm = self.time_major
         if p + ".convs.0" in self.convs:                           # ResBlock2
             for c in range(_count(self.convs, p + ".convs.{}")):
-                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x)
+                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x, time_major=tm)
             return x
         for c in range(_count(self.convs, p + ".convs1.{}")):     # ResBlock1
-            y = self.convs[f"{p}.convs1.{c}"](x, 0.1)
-            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x)
+            y = self.convs[f"{p}.convs1.{c}"](x, 0.1, time_major=tm)
+            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x, time_major=tm)
         return x
 
     def resblock_reach(self, j):
@@ -341,12 +348,12 @@ class Vits:
 
     def decode_time_major(self, z, g=None):
         """decode with the activations (samples, channels), the convs on the bf16 tiles."""
-        x = self.convs["dec.conv_pre"](np.ascontiguousarray(z.T))
+        x = self.convs["dec.conv_pre"](np.ascontiguousarray(z.T), time_major=True)
         if g is not None:
-            x = x + self.convs["dec.cond"](np.ascontiguousarray(g.T))
+            x = x + self.convs["dec.cond"](np.ascontiguousarray(g.T), time_major=True)
         for i in range(self.n_ups):
-            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1))
-        return np.tanh(self.convs["dec.conv_post"](x, 0.01)[:, 0])
+            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1, time_major=True))
+        return np.tanh(self.convs["dec.conv_post"](x, 0.01, time_major=True)[:, 0])
 
     # -- the whole utterance -----------------------------------------------------------------
 

@@ -15,11 +15,16 @@ from .. import amx
 from ..ir import f32_bits
 from ..quants import JIT
 
-# hi.hi + lo.hi + hi.lo: each product to ~2^-17, and Piper's verify error no larger than with
-# float32 products (the six passes of three parts cost 1.3-1.5x a sentence for no gain there)
+# hi.hi + lo.hi + hi.lo: each product to ~2^-17; in HiFi-GAN Piper's verify error is no larger
+# than with float32 products (the six passes of three parts, float32's accuracy, cost 1.3-1.5x a
+# sentence there for no gain). The VITS flow needs the six: with three its error is 1.6x verify's
+# bound.
 PASSES = amx.PASSES_2
-N_PARTS = amx.n_parts(PASSES)
-TILES = (2, 2)              # C tiles a call: 16 positions and 16 output channels each
+# C tiles a call, 16 positions by 16 output channels each: 1 x 2 holds both parts of A and of B
+# in tiles of their own (a tile is not renamed: reloading one waits for the products reading
+# it). One thread, 64-byte aligned, 4096 positions, three passes: 636-993 GF/s of float32
+# products on the resblock shapes, 2 x 2 604-936, 2 x 1 642-977 (load 6).
+TILES = (1, 2)
 M_SPAN, N_SPAN = amx.TILE * TILES[0], amx.TILE * TILES[1]
 
 
@@ -28,41 +33,52 @@ class TimeMajorTaps:
     C_out / 16, K, C_in / 32, 16, 16, 2) bf16 bits, element [p, nb, k, kb, r, n, e] = part p of
     taps[k, 16 nb + n, 32 kb + 2r + e], zeros past C_out and C_in (padded to N_SPAN and 32)."""
 
-    def __init__(self, taps, bias):
+    def __init__(self, taps, bias, passes=PASSES):
+        self.passes, self.n_parts = tuple(passes), amx.n_parts(passes)
+        self.run = conv_kernel(self.passes)
         n_taps, c_out, c_in = taps.shape
         self.n_taps, self.c_out, self.c_in = n_taps, c_out, c_in
         self.c_out_pad, self.c_in_pad = amx.pad_to(c_out, N_SPAN), amx.pad_to(c_in, 32)
         w = np.zeros((n_taps, self.c_out_pad, self.c_in_pad), np.float32)
         w[:, :c_out, :c_in] = taps
-        parts = amx.bf16_parts(w, N_PARTS)                      # (p, k, co, ci)
-        parts = parts.reshape(N_PARTS, n_taps, self.c_out_pad // amx.TILE, amx.TILE,
+        parts = amx.bf16_parts(w, self.n_parts)                 # (p, k, co, ci)
+        parts = parts.reshape(self.n_parts, n_taps, self.c_out_pad // amx.TILE, amx.TILE,
                               self.c_in_pad // 32, amx.TILE, 2)  # (p, k, nb, n, kb, r, e)
-        self.tiles = np.ascontiguousarray(parts.transpose(0, 2, 1, 4, 5, 3, 6))
+        self.tiles = amx.empty_aligned(parts.shape[:1] + (parts.shape[2], n_taps) + parts.shape[4:6] + (amx.TILE, 2),
+                                       np.uint16)
+        self.tiles[...] = parts.transpose(0, 2, 1, 4, 5, 3, 6)
         self.bias = np.zeros(self.c_out_pad, np.float32)
         if bias is not None:
             self.bias[:c_out] = bias
 
 
-_split = amx.split_row(N_PARTS)
+_split_2, _split_3 = amx.split_row(2), amx.split_row(3)
+_NONE = np.zeros((0, 0), np.float32)
 
 
 @njit(**JIT)
-def pack_input(x, pad_left, slope, xt):
+def pack_input(x, pad_left, slope, xt, out, bias):
     """xt[p, i, c] = part p of leaky_relu(x[i - pad_left, c], slope) (zero outside x and past
-    C_in): x (T, C_in) float32 with contiguous rows, xt (parts, rows, C_in padded to 32) bf16
-    bits."""
+    C_in): x (T, C_in) float32 with contiguous rows, xt (2 or 3 parts, rows, C_in padded to 32)
+    bf16 bits. Where out is not (0, 0), also out[t] = x[t] + bias (the output of a conv whose
+    residual is its input, C_out = C_in a multiple of 16, started in the same pass)."""
     n, c_in = x.shape
     n_parts, n_rows, width = xt.shape
     xt[:, :, c_in:] = 0
     slope_bits = f32_bits(slope)
     n_vec = c_in // 16 * 16
+    copy = out.shape[0] > 0
     for i in range(n_rows):
         j = i - pad_left
         if j < 0 or j >= n:
             xt[:, i, :c_in] = 0
             continue
-        _split(x.ctypes.data + j * x.strides[0], xt.ctypes.data + i * width * 2, n_rows * width * 2,
-               n_vec, slope_bits)
+        src, dst, part = x.ctypes.data + j * x.strides[0], xt.ctypes.data + i * width * 2, n_rows * width * 2
+        dst_out = out.ctypes.data + j * out.strides[0] if copy else 0
+        if n_parts == 2:
+            _split_2(src, dst, part, n_vec, slope_bits, dst_out, bias.ctypes.data)
+        else:
+            _split_3(src, dst, part, n_vec, slope_bits, dst_out, bias.ctypes.data)
         for c in range(n_vec, c_in):
             v = x[j, c]
             v = max(v, v * slope)
@@ -79,41 +95,68 @@ def init_output(bias, residual, out):
     n_rows, width = out.shape
     n_res, c_res = residual.shape
     for t in range(n_rows):
-        for c in range(width):
-            out[t, c] = bias[c] + residual[t, c] if t < n_res and c < c_res else bias[c]
+        row = out[t]
+        if t < n_res:
+            res = residual[t]
+            for c in range(c_res):
+                row[c] = bias[c] + res[c]
+            row[c_res:] = bias[c_res:]
+        else:
+            row[:] = bias
 
 
-_gemm = amx.bf16_gemm(*TILES, PASSES) if amx.BF16 else None
+_kernels = {}
 
 
-@njit(**JIT)
-def _run(xt, tiles, n_taps, dilation, out, t_lo, t_hi):
-    """out[t_lo:t_hi] += the conv of xt's rows by the packed taps, M_SPAN positions a call."""
-    n_parts, n_rows, width = xt.shape
-    n_cols = out.shape[1]
-    n_kb = width // 32
-    a_rs = width * 2
-    b_ns = n_taps * n_kb * 1024
-    for t in range(t_lo, t_hi, M_SPAN):
-        _gemm(xt.ctypes.data + t * a_rs, a_rs, 64, n_rows * a_rs, dilation * a_rs,
-              tiles.ctypes.data, 64, 1024, b_ns, tiles.size // n_parts * 2, n_kb * 1024, TILES[1] * b_ns,
-              out.ctypes.data + t * n_cols * 4, n_cols * 4, N_SPAN * 4, n_kb, n_taps, n_cols // N_SPAN)
+def conv_kernel(passes):
+    """run(xt, tiles, n_taps, dilation, out, t_lo, t_hi): out[t_lo:t_hi] += the conv of
+    pack_input's xt by TimeMajorTaps' tiles with this pass list, M_SPAN positions a call."""
+    if passes in _kernels:
+        return _kernels[passes]
+    gemm = amx.bf16_gemm(*TILES, passes)
+
+    @njit(**JIT)
+    def run(xt, tiles, n_taps, dilation, out, t_lo, t_hi):
+        n_parts, n_rows, width = xt.shape
+        n_cols = out.shape[1]
+        n_kb = width // 32
+        a_rs = width * 2
+        b_ns = n_taps * n_kb * 1024
+        gemm(xt.ctypes.data + t_lo * a_rs, a_rs, 64, n_rows * a_rs, dilation * a_rs, M_SPAN * a_rs,
+             tiles.ctypes.data, 64, 1024, b_ns, tiles.size // n_parts * 2, n_kb * 1024, TILES[1] * b_ns,
+             out.ctypes.data + t_lo * n_cols * 4, n_cols * 4, M_SPAN * n_cols * 4, N_SPAN * 4,
+             n_kb, n_taps, (t_hi - t_lo) // M_SPAN, n_cols // N_SPAN)
+
+    _kernels[passes] = run
+    return run
 
 
-def conv_time_major(x, taps, pads, dilation=1, slope=1.0, residual=None):
+def conv_time_major(x, taps, pads, dilation=1, slope=1.0, residual=None, pool=None, n_parts=1):
     """residual + conv1d(leaky_relu(x, slope)) time-major: x (T, C_in) float32, taps a
     TimeMajorTaps, residual (n_out, C_out) or None -> (n_out, C_out), n_out = T + pads -
-    dilation * (K - 1), a view of rows and channels padded to 32."""
+    dilation * (K - 1), a view of rows and channels padded. pool: an executor to split the
+    positions over in n_parts (the kernel frees the GIL)."""
     reach = dilation * (taps.n_taps - 1)
     n_out = x.shape[0] + pads[0] + pads[1] - reach
     n_pos = amx.pad_to(n_out, M_SPAN)
-    xt = np.empty((N_PARTS, n_pos + reach, taps.c_in_pad), np.uint16)
+    xt = amx.empty_aligned((taps.n_parts, n_pos + reach, taps.c_in_pad), np.uint16)
+    out = amx.empty_aligned((n_pos, taps.c_out_pad), np.float32)
+    # a resblock's conv, residual its own input: the output starts in the input's pass (its
+    # rows past n_out are never read, and need no start)
+    fused = residual is x and n_out == x.shape[0] and taps.c_out == taps.c_out_pad == x.shape[1] \
+        and x.shape[1] % 16 == 0 and x.flags.c_contiguous
     if x.strides[1] != 4:
         x = np.ascontiguousarray(x)
-    pack_input(x, pads[0], np.float32(slope), xt)
-    out = np.empty((n_pos, taps.c_out_pad), np.float32)
-    init_output(taps.bias, np.zeros((0, 0), np.float32) if residual is None else residual, out)
-    _run(xt, taps.tiles, taps.n_taps, dilation, out, 0, n_pos)
+    pack_input(x, pads[0], np.float32(slope), xt, out if fused else _NONE, taps.bias)
+    if not fused:
+        init_output(taps.bias, _NONE if residual is None else residual, out)
+    n_parts = min(n_parts, n_pos // M_SPAN) if pool is not None else 1
+    if n_parts > 1:
+        bounds = [M_SPAN * (n_pos // M_SPAN * i // n_parts) for i in range(n_parts + 1)]
+        list(pool.map(lambda i: taps.run(xt, taps.tiles, taps.n_taps, dilation, out, bounds[i], bounds[i + 1]),
+                      range(n_parts)))
+    else:
+        taps.run(xt, taps.tiles, taps.n_taps, dilation, out, 0, n_pos)
     return out[:n_out, :taps.c_out]
 
 
@@ -129,9 +172,9 @@ def polyphase_taps(weight, stride):
     return np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(m, stride * c_out, c_in))
 
 
-def conv_transpose_time_major(x, taps, stride, pad, n_out, slope=1.0):
+def conv_transpose_time_major(x, taps, stride, pad, n_out, slope=1.0, pool=None, n_parts=1):
     """ConvTranspose1d(leaky_relu(x, slope)) time-major through polyphase_taps' conv: x (T, C_in)
     -> (n_out, C_out), the samples from `pad` on."""
     m = taps.n_taps
-    y = conv_time_major(x, taps, (m - 1, m - 1), 1, slope)         # (T + M - 1, stride C_out)
+    y = conv_time_major(x, taps, (m - 1, m - 1), 1, slope, None, pool, n_parts)  # (T + M - 1, stride C_out)
     return y.reshape(-1, taps.c_out // stride)[pad:pad + n_out]
