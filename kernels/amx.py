@@ -14,6 +14,7 @@ three parts (PASSES_3) to ~2^-24, float32's own rounding. `split_bf16` is the sp
 `bf16_gemm` the tile product one pass list runs, `bf16_gemm_ref` its float64 reference.
 """
 import ctypes
+import math
 import os
 import platform
 
@@ -72,14 +73,15 @@ _gemms = {}
 
 def bf16_gemm(m_tiles, n_tiles, passes):
     """numba intrinsic gemm(a, a_rs, a_ks, a_part, a_outer, a_ib, b, b_rs, b_ks, b_ns, b_part,
-    b_outer, b_jb, c, c_rs, c_ib, c_jb, n_kb, n_outer, n_ib, n_jb), addresses and strides in
-    bytes as int64:
+    b_outer, b_jb, c, c_rs, c_ib, c_jb, s, s_rs, s_ib, s_jb, n_kb, n_outer, n_ib, n_jb),
+    addresses and strides in bytes as int64:
 
     for ib < n_ib, jb < n_jb:
-        C[ib, jb] += sum over o < n_outer, kb < n_kb, (p, q) in passes of A[p, o, kb, ib] . B[q, o, kb, jb]
+        C[ib, jb] = S[ib, jb] + sum over o < n_outer, kb < n_kb, (p, q) in passes of A[p, o, kb, ib] . B[q, o, kb, jb]
 
-    C[ib, jb]: 16 m_tiles x 16 n_tiles float32 at c + ib*c_ib + jb*c_jb, rows c_rs apart, read
-    and written back (the caller starts it at zero, a bias or a residual). A[p, o, kb, ib]: 16
+    C[ib, jb]: 16 m_tiles x 16 n_tiles float32 at c + ib*c_ib + jb*c_jb, rows c_rs apart; S,
+    its start, the same at s with s's strides: C itself to accumulate, or a bias broadcast
+    (s_rs = s_ib = 0). A[p, o, kb, ib]: 16
     m_tiles rows of 32 bf16 (the summed axis) at a + p*a_part + o*a_outer + kb*a_ks + ib*a_ib,
     rows a_rs apart (a_ks 64 for a plain row-major A). B[q, o, kb, jb]: 16 rows of pairs (summed
     indices 2r, 2r+1) of 16 n_tiles columns, the bf16 pair of column n at row r at 4n + r*b_rs,
@@ -101,27 +103,28 @@ def bf16_gemm(m_tiles, n_tiles, passes):
     def emit(b, args):
         g = Gen(b)
         (a, a_rs, a_ks, a_part, a_outer, a_ib, bb, b_rs, b_ks, b_ns, b_part, b_outer, b_jb,
-         c, c_rs, c_ib, c_jb, n_kb, n_outer, n_ib, n_jb) = args
-        a_p, b_p, c_p = (b.inttoptr(v, I8.as_pointer()) for v in (a, bb, c))
+         c, c_rs, c_ib, c_jb, s, s_rs, s_ib, s_jb, n_kb, n_outer, n_ib, n_jb) = args
+        a_p, b_p, c_p, s_p = (b.inttoptr(v, I8.as_pointer()) for v in (a, bb, c, s))
         configure(g)
         void = ir.VoidType()
         c_tile = lambda i, j: g.c(I8, i * n_tiles + j)
         a_tile = lambda i, p: g.c(I8, m_tiles * n_tiles + (p % a_slots) * m_tiles + i)
         b_tile = lambda j, q: g.c(I8, m_tiles * n_tiles + a_slots * m_tiles + (q % b_slots) * n_tiles + j)
-        a_step, c_step = b.mul(g.c(I64, TILE), a_rs), b.mul(g.c(I64, TILE), c_rs)
+        a_step, c_step, s_step = (b.mul(g.c(I64, TILE), v) for v in (a_rs, c_rs, s_rs))
         zero = [g.c(I64, 0)]
 
         def row_block(ib, acc):
-            a_ibp, c_ibp = g.at(a_p, b.mul(ib, a_ib)), g.at(c_p, b.mul(ib, c_ib))
-            _loop(g, g.c(I64, 0), n_jb, zero, lambda jb, acc: column_block(a_ibp, c_ibp, jb, acc))
+            a_ibp, c_ibp, s_ibp = (g.at(p, b.mul(ib, st)) for p, st in ((a_p, a_ib), (c_p, c_ib), (s_p, s_ib)))
+            _loop(g, g.c(I64, 0), n_jb, zero, lambda jb, acc: column_block(a_ibp, c_ibp, s_ibp, jb, acc))
             return acc
 
-        def column_block(a_p, c_p, jb, acc):
-            c_jbp = g.at(c_p, b.mul(jb, c_jb))
+        def column_block(a_p, c_p, s_p, jb, acc):
+            c_jbp, s_jbp = g.at(c_p, b.mul(jb, c_jb)), g.at(s_p, b.mul(jb, s_jb))
             c_at = lambda i, j: g.at(c_jbp, b.add(b.mul(g.c(I64, i), c_step), g.c(I64, 64 * j)))
+            s_at = lambda i, j: g.at(s_jbp, b.add(b.mul(g.c(I64, i), s_step), g.c(I64, 64 * j)))
             for i in range(m_tiles):
                 for j in range(n_tiles):
-                    g.intr("llvm.x86.tileloadd64", void, [c_tile(i, j), c_at(i, j), c_rs])
+                    g.intr("llvm.x86.tileloadd64", void, [c_tile(i, j), s_at(i, j), s_rs])
             b_jbp = g.at(b_p, b.mul(jb, b_jb))
 
             def outer(o, acc):
@@ -161,8 +164,8 @@ def bf16_gemm(m_tiles, n_tiles, passes):
 
     @intrinsic
     def gemm(typingctx, a, a_rs, a_ks, a_part, a_outer, a_ib, bb, b_rs, b_ks, b_ns, b_part, b_outer,
-             b_jb, c, c_rs, c_ib, c_jb, n_kb, n_outer, n_ib, n_jb):
-        return i64_call(21, name, emit)
+             b_jb, c, c_rs, c_ib, c_jb, s, s_rs, s_ib, s_jb, n_kb, n_outer, n_ib, n_jb):
+        return i64_call(25, name, emit)
 
     gemm._set_uuid(f"dasllama.amx.{name}")      # stable across processes: see simd.py
     _gemms[key] = gemm
@@ -173,7 +176,7 @@ def empty_aligned(shape, dtype):
     """np.empty on a 64-byte boundary: a tile's rows are then whole cache lines (numpy aligns
     to 16 bytes, and a tile of rows split across lines loads at half the rate or less)."""
     dtype = np.dtype(dtype)
-    n_bytes = int(np.prod(shape)) * dtype.itemsize
+    n_bytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(n_bytes + 64, np.uint8)
     start = -raw.ctypes.data % 64
     return raw[start:start + n_bytes].view(dtype).reshape(shape)
@@ -291,7 +294,8 @@ def matmul_kernel(passes):
         a_rs, b_rs = k * 2, n * 4
         gemm(ap.ctypes.data, a_rs, 64, m * a_rs, 0, rows * a_rs,
              bp.ctypes.data, b_rs, 16 * b_rs, 64, (k // 2) * b_rs, 0, cols * 4,
-             c.ctypes.data, n * 4, rows * n * 4, cols * 4, k // 32, 1, m // rows, n // cols)
+             c.ctypes.data, n * 4, rows * n * 4, cols * 4, c.ctypes.data, n * 4, rows * n * 4, cols * 4,
+             k // 32, 1, m // rows, n // cols)
 
     _matmuls[passes] = run
     return run

@@ -47,13 +47,14 @@ class TimeMajorTaps:
         self.tiles = amx.empty_aligned(parts.shape[:1] + (parts.shape[2], n_taps) + parts.shape[4:6] + (amx.TILE, 2),
                                        np.uint16)
         self.tiles[...] = parts.transpose(0, 2, 1, 4, 5, 3, 6)
-        self.bias = np.zeros(self.c_out_pad, np.float32)
+        self.bias = amx.zeros_aligned((self.c_out_pad,), np.float32)   # the tiles' start: (c_out_pad,)
         if bias is not None:
             self.bias[:c_out] = bias
 
 
 _split_2, _split_3 = amx.split_row(2), amx.split_row(3)
 _NONE = np.zeros((0, 0), np.float32)
+_NO_BIAS = np.zeros(0, np.float32)
 
 
 @njit(**JIT)
@@ -109,22 +110,28 @@ _kernels = {}
 
 
 def conv_kernel(passes):
-    """run(xt, tiles, n_taps, dilation, out, t_lo, t_hi): out[t_lo:t_hi] += the conv of
-    pack_input's xt by TimeMajorTaps' tiles with this pass list, M_SPAN positions a call."""
+    """run(xt, tiles, n_taps, dilation, out, t_lo, t_hi, bias): out[t_lo:t_hi] += the conv of
+    pack_input's xt by TimeMajorTaps' tiles with this pass list (out = bias + the conv where
+    bias is given, not (0,)), M_SPAN positions a block."""
     if passes in _kernels:
         return _kernels[passes]
     gemm = amx.bf16_gemm(*TILES, passes)
 
     @njit(**JIT)
-    def run(xt, tiles, n_taps, dilation, out, t_lo, t_hi):
+    def run(xt, tiles, n_taps, dilation, out, t_lo, t_hi, bias):
         n_parts, n_rows, width = xt.shape
         n_cols = out.shape[1]
         n_kb = width // 32
-        a_rs = width * 2
+        a_rs, c_rs = width * 2, n_cols * 4
         b_ns = n_taps * n_kb * 1024
+        c = out.ctypes.data + t_lo * c_rs
+        if bias.shape[0] > 0:            # each block starts as the bias, its rows loaded with stride 0
+            s, s_rs, s_ib = bias.ctypes.data, 0, 0
+        else:
+            s, s_rs, s_ib = c, c_rs, M_SPAN * c_rs
         gemm(xt.ctypes.data + t_lo * a_rs, a_rs, 64, n_rows * a_rs, dilation * a_rs, M_SPAN * a_rs,
              tiles.ctypes.data, 64, 1024, b_ns, tiles.size // n_parts * 2, n_kb * 1024, TILES[1] * b_ns,
-             out.ctypes.data + t_lo * n_cols * 4, n_cols * 4, M_SPAN * n_cols * 4, N_SPAN * 4,
+             c, c_rs, M_SPAN * c_rs, N_SPAN * 4, s, s_rs, s_ib, N_SPAN * 4,
              n_kb, n_taps, (t_hi - t_lo) // M_SPAN, n_cols // N_SPAN)
 
     _kernels[passes] = run
@@ -148,15 +155,16 @@ def conv_time_major(x, taps, pads, dilation=1, slope=1.0, residual=None, pool=No
     if x.strides[1] != 4:
         x = np.ascontiguousarray(x)
     pack_input(x, pads[0], np.float32(slope), xt, out if fused else _NONE, taps.bias)
-    if not fused:
-        init_output(taps.bias, _NONE if residual is None else residual, out)
+    if residual is not None and not fused:
+        init_output(taps.bias, residual, out)
+    start = taps.bias if residual is None else _NO_BIAS
     n_parts = min(n_parts, n_pos // M_SPAN) if pool is not None else 1
     if n_parts > 1:
         bounds = [M_SPAN * (n_pos // M_SPAN * i // n_parts) for i in range(n_parts + 1)]
-        list(pool.map(lambda i: taps.run(xt, taps.tiles, taps.n_taps, dilation, out, bounds[i], bounds[i + 1]),
+        list(pool.map(lambda i: taps.run(xt, taps.tiles, taps.n_taps, dilation, out, bounds[i], bounds[i + 1], start),
                       range(n_parts)))
     else:
-        taps.run(xt, taps.tiles, taps.n_taps, dilation, out, 0, n_pos)
+        taps.run(xt, taps.tiles, taps.n_taps, dilation, out, 0, n_pos, start)
     return out[:n_out, :taps.c_out]
 
 

@@ -50,3 +50,15 @@ def test_transposed_conv_as_polyphase(c_in, c_out, k, stride, pad, n):
     ours = conv_amx.conv_transpose_time_major(np.ascontiguousarray(x.T), taps, stride, pad, ref.shape[1], 0.1)
     assert ours.shape == ref.shape[::-1]
     assert np.max(np.abs(ours.T - ref) / scale) < BOUND
+
+
+def test_resblock_conv_starts_in_the_input_pass():
+    """A conv whose residual is its own input (HiFi-GAN's ResBlock2) starts its output as
+    input + bias while it splits the input: the same result as with a separate residual."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 64)).astype(np.float32)
+    taps = conv_amx.TimeMajorTaps((rng.standard_normal((5, 64, 64)) / 16).astype(np.float32),
+                                  rng.standard_normal(64).astype(np.float32))
+    fused = conv_amx.conv_time_major(x, taps, (6, 6), 3, 0.1, residual=x)
+    apart = conv_amx.conv_time_major(x, taps, (6, 6), 3, 0.1, residual=x.copy())
+    assert np.array_equal(fused, apart)
