@@ -172,7 +172,8 @@ class Vits:
         self.time_major = amx.BF16
         if self.time_major:        # not the encoder's and duration predictor's: durations are exact
             split_for_tiles((c for name, c in self.convs.items() if name.startswith("dec.")), conv_amx.PASSES)
-            split_for_tiles((c for name, c in self.convs.items() if name.startswith("flow.")), amx.PASSES_3)
+            split_for_tiles((c for name, c in self.convs.items() if name.startswith(("flow.", "enc_p.", "dp."))),
+                            amx.PASSES_3)
 
     def norm(self, name, x):
         gamma, beta = self.norms[name]
