@@ -318,8 +318,8 @@ def split_row(n_parts):
     strides in bytes as int64: dst + p*dst_part + 2i = the bf16 bits of part p of
     leaky_relu(src[i], slope) for i < n, n a multiple of 16 (slope_bits: the float32's bits;
     1.0 for none); where copy is not 0, also copy[i] = src[i] + bias[i] (float32: a conv's
-    output started as its bias plus the input as residual, in the same pass). 16 lanes at a
-    time: the loop numba would not vectorise."""
+    output started as its bias plus the input as residual, in the same pass), or copy[i] +=
+    that where accumulate is not 0. 16 lanes at a time: the loop numba would not vectorise."""
     if n_parts in _splits:
         return _splits[n_parts]
     name = f"dasllama_amx_split_row_{n_parts}"
@@ -327,16 +327,18 @@ def split_row(n_parts):
 
     def emit(b, args):
         g = Gen(b)
-        src, dst, dst_part, n, slope_bits, copy, bias = args
+        src, dst, dst_part, n, slope_bits, copy, bias, accumulate = args
         s_p, d_p, c_p, b_p = (b.inttoptr(v, I8.as_pointer()) for v in (src, dst, copy, bias))
         slope = g.splat(b.bitcast(b.trunc(slope_bits, I32), F32T), 16)
 
-        def body(with_copy):
+        def body(copy_mode):
             def block(i, acc):
                 v = g.load(s_p, b.mul(i, g.c(I64, 64)), vf)
-                if with_copy:
+                if copy_mode:
                     ptr = g.at(c_p, b.mul(i, g.c(I64, 64)))
                     total = b.fadd(v, g.load(b_p, b.mul(i, g.c(I64, 64)), vf))
+                    if copy_mode == "accumulate":
+                        total = b.fadd(total, g.load(c_p, b.mul(i, g.c(I64, 64)), vf))
                     b.store(total, b.bitcast(ptr, vf.as_pointer())).align = 4
                 v = g.intr("llvm.maxnum.v16f32", vf, [v, b.fmul(v, slope)])
                 for p in range(n_parts):
@@ -350,17 +352,20 @@ def split_row(n_parts):
                 return acc
             return block
 
-        plain, copying, done = (b.append_basic_block(s) for s in ("plain", "copying", "done"))
+        plain, copying, store, accum, done = (b.append_basic_block(s) for s in
+                                              ("plain", "copying", "store", "accumulate", "done"))
         b.cbranch(b.icmp_signed("==", copy, g.c(I64, 0)), plain, copying)
-        for bb, with_copy in ((plain, False), (copying, True)):
+        b.position_at_end(copying)
+        b.cbranch(b.icmp_signed("==", accumulate, g.c(I64, 0)), store, accum)
+        for bb, copy_mode in ((plain, None), (store, "store"), (accum, "accumulate")):
             b.position_at_end(bb)
-            _loop(g, g.c(I64, 0), b.sdiv(n, g.c(I64, 16)), [g.c(I64, 0)], body(with_copy))
+            _loop(g, g.c(I64, 0), b.sdiv(n, g.c(I64, 16)), [g.c(I64, 0)], body(copy_mode))
             b.branch(done)
         b.position_at_end(done)
 
     @intrinsic
-    def split(typingctx, src, dst, dst_part, n, slope_bits, copy, bias):
-        return i64_call(7, name, emit)
+    def split(typingctx, src, dst, dst_part, n, slope_bits, copy, bias, accumulate):
+        return i64_call(8, name, emit)
 
     split._set_uuid(f"dasllama.amx.{name}")
     _splits[n_parts] = split

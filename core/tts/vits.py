@@ -13,7 +13,7 @@ import numpy as np
 from dasllama.kernels import amx
 from dasllama.kernels.tts.conv import conv1d_tiled, tiled
 from dasllama.kernels.tts import conv_amx
-from dasllama.kernels.tts.conv_amx import TimeMajorTaps, conv_time_major, conv_transpose_time_major, polyphase_taps
+from dasllama.kernels.tts.conv_amx import TimeMajorTaps, out_buffer, conv_time_major, conv_transpose_time_major, polyphase_taps
 from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
 
@@ -40,11 +40,13 @@ class Conv:
     transpose: bool
     time_major: TimeMajorTaps = None    # the taps split for the bf16 tiles, where AMX runs this conv
 
-    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1, time_major=False):
+    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1, time_major=False, out=None,
+                 accumulate=False):
         """residual + conv(leaky_relu(x, slope)); x (C_in, T), or (T, C_in) time_major with the
         result (T', C_out). Convs with time_major taps run on the bf16 tiles; other dense convs
         on the register tiles (kernels/tts/conv.py) with the activation and the residual fused;
-        their work split in n_parts on `pool` when one is given."""
+        their work split in n_parts on `pool` when one is given. out, accumulate: time-major,
+        conv_time_major's."""
         if self.time_major is not None:
             if not time_major:
                 out = self(x.T, slope, None if residual is None else residual.T, pool, n_parts, True)
@@ -53,7 +55,8 @@ class Conv:
                 n_out = (x.shape[0] - 1) * self.stride + self.weight.shape[2] - sum(self.pads)
                 return conv_transpose_time_major(x, self.time_major, self.stride, self.pads[0], n_out, slope,
                                                  pool, n_parts)
-            return conv_time_major(x, self.time_major, self.pads, self.dilation, slope, residual, pool, n_parts)
+            return conv_time_major(x, self.time_major, self.pads, self.dilation, slope, residual, pool, n_parts,
+                                   out, accumulate)
         if not self.transpose and tiled(self.weight, self.groups):
             return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual,
                                 pool, n_parts)
@@ -96,17 +99,17 @@ def read_convs(onnx_model):
     return convs
 
 
-def split_for_tiles(convs, passes):
+def split_for_tiles(convs, passes, scale=1.0):
     """Give the dense and transposed convs their time-major bf16 taps with this pass list (the
-    decoder runs on them where AMX-BF16 is granted)."""
+    decoder runs on them where AMX-BF16 is granted), the weights times `scale`."""
     for conv in convs:
         if conv.groups != 1:
             continue
         if conv.transpose:
-            conv.time_major = TimeMajorTaps(polyphase_taps(conv.weight, conv.stride),
+            conv.time_major = TimeMajorTaps(polyphase_taps(conv.weight * np.float32(scale), conv.stride),
                                             None if conv.bias is None else np.tile(conv.bias, conv.stride), passes)
         else:
-            conv.time_major = TimeMajorTaps(conv.weight, conv.bias, passes)
+            conv.time_major = TimeMajorTaps(conv.weight * np.float32(scale), conv.bias, passes)
 
 
 def _lookup_table(onnx_model, graph_input):
@@ -172,6 +175,8 @@ class Vits:
         self.time_major = amx.BF16
         if self.time_major:        # not the encoder's and duration predictor's: durations are exact
             split_for_tiles((c for name, c in self.convs.items() if name.startswith("dec.")), conv_amx.PASSES)
+            for name in [f"dec.ups.{i}" for i in range(1, self.n_ups)] + ["dec.conv_post"]:
+                split_for_tiles([self.convs[name]], conv_amx.PASSES, 1.0 / self.n_kernels)   # resblock_sums
             split_for_tiles((c for name, c in self.convs.items() if name.startswith(("flow.", "enc_p.", "dp."))),
                             amx.PASSES_3)
 
@@ -297,16 +302,22 @@ class Vits:
             z = np.concatenate([z[:half], z[half:] - self.convs[p + ".post"](h, **par)])
         return z
 
-    def resblock(self, j, x):
+    def resblock(self, j, x, out=None, accumulate=False):
+        """Resblock j on x; time-major, its last conv writes into out (added to it where
+        accumulate)."""
         p = f"dec.resblocks.{j}"
         tm = self.time_major
         if p + ".convs.0" in self.convs:                           # ResBlock2
-            for c in range(_count(self.convs, p + ".convs.{}")):
-                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x, time_major=tm)
+            n = _count(self.convs, p + ".convs.{}")
+            for c in range(n):
+                last = {"out": out, "accumulate": accumulate} if tm and c == n - 1 else {}
+                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x, time_major=tm, **last)
             return x
-        for c in range(_count(self.convs, p + ".convs1.{}")):     # ResBlock1
+        n = _count(self.convs, p + ".convs1.{}")
+        for c in range(n):                                         # ResBlock1
+            last = {"out": out, "accumulate": accumulate} if tm and c == n - 1 else {}
             y = self.convs[f"{p}.convs1.{c}"](x, 0.1, time_major=tm)
-            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x, time_major=tm)
+            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x, time_major=tm, **last)
         return x
 
     def resblock_reach(self, j):
@@ -319,21 +330,40 @@ class Vits:
         """The mean of stage i's resblocks, over tiles of RESBLOCK_TILE samples with their
         reach of context, so each tile's passes stay in cache (the last stage's activations
         are ~13 MB for a 5 s sentence); the crops join into the untiled result. x (C, T), or
-        (T, C) time-major."""
+        (T, C) time-major: there the sum, each resblock's last conv adding into it, and the
+        next convs' weights divided by n_kernels (leaky ReLU commutes with a positive scale)."""
         js = range(i * self.n_kernels, (i + 1) * self.n_kernels)
         reach = max(self.resblock_reach(j) for j in js)
-        span = (lambda lo, hi: slice(lo, hi)) if self.time_major else (lambda lo, hi: (slice(None), slice(lo, hi)))
-        n = x.shape[0 if self.time_major else 1]
+        if self.time_major:
+            return self.resblock_sums(js, reach, x)
+        n = x.shape[1]
         out = np.empty(x.shape, np.float32)
         for a in range(0, n, RESBLOCK_TILE):
             b = min(n, a + RESBLOCK_TILE)
             lo, hi = max(0, a - reach), min(n, b + reach)
-            tile = np.ascontiguousarray(x[span(lo, hi)])
+            tile = np.ascontiguousarray(x[:, lo:hi])
             xs = self.resblock(js[0], tile)
             for j in js[1:]:
                 xs += self.resblock(j, tile)
-            out[span(a, b)] = xs[span(a - lo, b - lo)]
+            out[:, a:b] = xs[:, a - lo:b - lo]
         out /= self.n_kernels
+        return out
+
+    def resblock_sums(self, js, reach, x):
+        """resblocks' tiles time-major: x (T, C) -> the sum of resblocks js, each tile's
+        resblocks written into one buffer by their last convs."""
+        n = x.shape[0]
+        out = np.empty(x.shape, np.float32)
+        last = self.convs[f"dec.resblocks.{js[0]}.convs.1"] if f"dec.resblocks.{js[0]}.convs.1" in self.convs \
+            else self.convs[f"dec.resblocks.{js[0]}.convs2.0"]
+        for a in range(0, n, RESBLOCK_TILE):
+            b = min(n, a + RESBLOCK_TILE)
+            lo, hi = max(0, a - reach), min(n, b + reach)
+            tile = x[lo:hi]
+            sums = out_buffer(hi - lo, last.time_major)
+            for k, j in enumerate(js):
+                self.resblock(j, tile, sums, accumulate=k > 0)
+            out[a:b] = sums[a - lo:b - lo, :x.shape[1]]
         return out
 
     def decode(self, z, g=None):

@@ -58,11 +58,12 @@ _NO_BIAS = np.zeros(0, np.float32)
 
 
 @njit(**JIT)
-def pack_input(x, pad_left, slope, xt, out, bias):
+def pack_input(x, pad_left, slope, xt, out, bias, accumulate):
     """xt[p, i, c] = part p of leaky_relu(x[i - pad_left, c], slope) (zero outside x and past
     C_in): x (T, C_in) float32 with contiguous rows, xt (2 or 3 parts, rows, C_in padded to 32)
     bf16 bits. Where out is not (0, 0), also out[t] = x[t] + bias (the output of a conv whose
-    residual is its input, C_out = C_in a multiple of 16, started in the same pass)."""
+    residual is its input, C_out = C_in a multiple of 16, started in the same pass), or
+    out[t] += that where accumulate."""
     n, c_in = x.shape
     n_parts, n_rows, width = xt.shape
     xt[:, :, c_in:] = 0
@@ -77,9 +78,9 @@ def pack_input(x, pad_left, slope, xt, out, bias):
         src, dst, part = x.ctypes.data + j * x.strides[0], xt.ctypes.data + i * width * 2, n_rows * width * 2
         dst_out = out.ctypes.data + j * out.strides[0] if copy else 0
         if n_parts == 2:
-            _split_2(src, dst, part, n_vec, slope_bits, dst_out, bias.ctypes.data)
+            _split_2(src, dst, part, n_vec, slope_bits, dst_out, bias.ctypes.data, accumulate)
         else:
-            _split_3(src, dst, part, n_vec, slope_bits, dst_out, bias.ctypes.data)
+            _split_3(src, dst, part, n_vec, slope_bits, dst_out, bias.ctypes.data, accumulate)
         for c in range(n_vec, c_in):
             v = x[j, c]
             v = max(v, v * slope)
@@ -90,20 +91,18 @@ def pack_input(x, pad_left, slope, xt, out, bias):
 
 
 @njit(**JIT)
-def init_output(bias, residual, out):
-    """out[t, c] = bias[c] + residual[t, c] (residual (0, 0) for none; bias only past its rows
-    and channels)."""
-    n_rows, width = out.shape
+def init_output(bias, residual, out, accumulate):
+    """out[t, c] = bias[c] + residual[t, c] (+ out[t, c] where accumulate): the rows of the
+    residual (n_res, C_out), out (rows >= n_res, C_out padded)."""
     n_res, c_res = residual.shape
-    for t in range(n_rows):
-        row = out[t]
-        if t < n_res:
-            res = residual[t]
+    for t in range(n_res):
+        row, res = out[t], residual[t]
+        if accumulate:
+            for c in range(c_res):
+                row[c] += bias[c] + res[c]
+        else:
             for c in range(c_res):
                 row[c] = bias[c] + res[c]
-            row[c_res:] = bias[c_res:]
-        else:
-            row[:] = bias
 
 
 _kernels = {}
@@ -138,25 +137,31 @@ def conv_kernel(passes):
     return run
 
 
-def conv_time_major(x, taps, pads, dilation=1, slope=1.0, residual=None, pool=None, n_parts=1):
+def conv_time_major(x, taps, pads, dilation=1, slope=1.0, residual=None, pool=None, n_parts=1,
+                    out=None, accumulate=False):
     """residual + conv1d(leaky_relu(x, slope)) time-major: x (T, C_in) float32, taps a
     TimeMajorTaps, residual (n_out, C_out) or None -> (n_out, C_out), n_out = T + pads -
     dilation * (K - 1), a view of rows and channels padded. pool: an executor to split the
-    positions over in n_parts (the kernel frees the GIL)."""
+    positions over in n_parts (the kernel frees the GIL). out: the buffer to write, (n_out
+    padded to M_SPAN, C_out padded) from out_buffer, and with accumulate (and a residual) the
+    result is added to what it holds (a sum of resblocks without a pass of its own)."""
     reach = dilation * (taps.n_taps - 1)
     n_out = x.shape[0] + pads[0] + pads[1] - reach
     n_pos = amx.pad_to(n_out, M_SPAN)
     xt = amx.empty_aligned((taps.n_parts, n_pos + reach, taps.c_in_pad), np.uint16)
-    out = amx.empty_aligned((n_pos, taps.c_out_pad), np.float32)
+    if accumulate and residual is None:
+        raise ValueError("conv_time_major accumulates a conv with a residual only")
+    if out is None:
+        out = out_buffer(n_out, taps)
     # a resblock's conv, residual its own input: the output starts in the input's pass (its
     # rows past n_out are never read, and need no start)
     fused = residual is x and n_out == x.shape[0] and taps.c_out == taps.c_out_pad == x.shape[1] \
         and x.shape[1] % 16 == 0 and x.flags.c_contiguous
     if x.strides[1] != 4:
         x = np.ascontiguousarray(x)
-    pack_input(x, pads[0], np.float32(slope), xt, out if fused else _NONE, taps.bias)
+    pack_input(x, pads[0], np.float32(slope), xt, out if fused else _NONE, taps.bias, accumulate)
     if residual is not None and not fused:
-        init_output(taps.bias, residual, out)
+        init_output(taps.bias, residual, out, accumulate)
     start = taps.bias if residual is None else _NO_BIAS
     n_parts = min(n_parts, n_pos // M_SPAN) if pool is not None else 1
     if n_parts > 1:
@@ -166,6 +171,11 @@ def conv_time_major(x, taps, pads, dilation=1, slope=1.0, residual=None, pool=No
     else:
         taps.run(xt, taps.tiles, taps.n_taps, dilation, out, 0, n_pos, start)
     return out[:n_out, :taps.c_out]
+
+
+def out_buffer(n_out, taps):
+    """The (n_out padded to M_SPAN, C_out padded) float32 a conv by `taps` writes."""
+    return amx.empty_aligned((amx.pad_to(n_out, M_SPAN), taps.c_out_pad), np.float32)
 
 
 def polyphase_taps(weight, stride):

@@ -62,3 +62,19 @@ def test_resblock_conv_starts_in_the_input_pass():
     fused = conv_amx.conv_time_major(x, taps, (6, 6), 3, 0.1, residual=x)
     apart = conv_amx.conv_time_major(x, taps, (6, 6), 3, 0.1, residual=x.copy())
     assert np.array_equal(fused, apart)
+
+
+@pytest.mark.parametrize("own_input", [True, False], ids=["residual-is-input", "residual-apart"])
+def test_convs_add_into_one_buffer(own_input):
+    """Two convs written into one buffer, the second accumulating: the sum of the two (how
+    the decoder sums its resblocks)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((200, 32)).astype(np.float32)
+    res = x if own_input else rng.standard_normal((200, 32)).astype(np.float32)
+    taps = [conv_amx.TimeMajorTaps((rng.standard_normal((3, 32, 32)) / 10).astype(np.float32),
+                                   rng.standard_normal(32).astype(np.float32)) for _ in range(2)]
+    apart = [conv_amx.conv_time_major(x, t, (1, 1), 1, 0.1, res).copy() for t in taps]
+    sums = conv_amx.out_buffer(200, taps[0])
+    for k, t in enumerate(taps):
+        conv_amx.conv_time_major(x, t, (1, 1), 1, 0.1, res, out=sums, accumulate=k > 0)
+    assert np.abs(sums[:200, :32] - (apart[0] + apart[1])).max() < 1e-5
