@@ -39,17 +39,24 @@ class TimeMajorTaps:
         n_taps, c_out, c_in = taps.shape
         self.n_taps, self.c_out, self.c_in = n_taps, c_out, c_in
         self.c_out_pad, self.c_in_pad = amx.pad_to(c_out, N_SPAN), amx.pad_to(c_in, 32)
-        w = np.zeros((n_taps, self.c_out_pad, self.c_in_pad), np.float32)
-        w[:, :c_out, :c_in] = taps
-        parts = amx.bf16_parts(w, self.n_parts)                 # (p, k, co, ci)
-        parts = parts.reshape(self.n_parts, n_taps, self.c_out_pad // amx.TILE, amx.TILE,
-                              self.c_in_pad // 32, amx.TILE, 2)  # (p, k, nb, n, kb, r, e)
-        self.tiles = amx.empty_aligned(parts.shape[:1] + (parts.shape[2], n_taps) + parts.shape[4:6] + (amx.TILE, 2),
-                                       np.uint16)
-        self.tiles[...] = parts.transpose(0, 2, 1, 4, 5, 3, 6)
+        parts = amx.bf16_parts(taps, self.n_parts)              # (p, k, co, ci)
+        self.tiles = amx.zeros_aligned((self.n_parts, self.c_out_pad // amx.TILE, n_taps, self.c_in_pad // 32,
+                                        amx.TILE, amx.TILE, 2), np.uint16)
+        _pack_taps(parts, self.tiles)
         self.bias = amx.zeros_aligned((self.c_out_pad,), np.float32)   # the tiles' start: (c_out_pad,)
         if bias is not None:
             self.bias[:c_out] = bias
+
+
+@njit(**JIT)
+def _pack_taps(parts, tiles):
+    """tiles[p, co // 16, k, ci // 32, ci % 32 // 2, co % 16, ci % 2] = parts[p, k, co, ci]."""
+    n_parts, n_taps, c_out, c_in = parts.shape
+    for p in range(n_parts):
+        for k in range(n_taps):
+            for co in range(c_out):
+                for ci in range(c_in):
+                    tiles[p, co // 16, k, ci // 32, ci % 32 // 2, co % 16, ci % 2] = parts[p, k, co, ci]
 
 
 _split_2, _split_3 = amx.split_row(2), amx.split_row(3)
