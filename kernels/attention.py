@@ -247,6 +247,42 @@ def _split_kv_head(h, q, p, kcache, vcache, kpos, n_used, group, head_dim, head_
         out[0, h * head_dim_v + d] = vkq[d]
 
 
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_rows(q, qpos, kblock, vblock, layer, kpos, seqs, n_used, n_head, n_head_kv, head_dim,
+                   head_dim_v, scale, softcap, n_swa, out, n_threads):
+    """A batched decode step's attention in one parallel region: row t, one query q[t] at
+    position qpos[t] of sequence seqs[t], over that sequence's cache of `layer`, causal, as
+    `attention` computes it alone (split-KV where its padded cells reach FA_SPLIT_KV, else the
+    one chunk), the jobs of every row and head in one prange (not a region a row).
+
+    kblock, vblock: (n_seq, n_layers, n_cells, n_head_kv * head_dim(_v)) u16, the stacked caches
+    of every sequence; kpos (n_seq, n_cells); n_used (>= B,) int64, scratch for each row's
+    used cells; out (B, n_head * head_dim_v)."""
+    B = q.shape[0]
+    for t in range(B):
+        n_used[t] = cells_used(kpos[seqs[t]])
+    group = n_head // n_head_kv
+    if softcap != 0.0:
+        scale = scale / softcap
+    for job in prange(B * n_head):
+        _row_job(job // n_head, job % n_head, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group,
+                 head_dim, head_dim_v, scale, softcap, n_swa, out, n_threads)
+
+
+@njit(cache=True, boundscheck=False)
+def _row_job(t, h, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group, head_dim, head_dim_v,
+             scale, softcap, n_swa, out, n_threads):
+    """attention_rows' row t, head h (a function of its own: see _one_chunk_job)."""
+    kc, vc, kp = kblock[seqs[t], layer], vblock[seqs[t], layer], kpos[seqs[t]]
+    nek1 = n_kv_cells(kc.shape[0], n_used[t])
+    if nek1 >= FA_SPLIT_KV:
+        _split_kv_head(h, q[t:t + 1], qpos[t], kc, vc, kp, n_used[t], group, head_dim, head_dim_v, scale,
+                       softcap, n_swa, True, n_threads, (nek1 + n_threads - 1) // n_threads, out[t:t + 1])
+    else:
+        _one_chunk_job(t, h, q, qpos, kc, vc, kp, n_used[t], group, head_dim, head_dim_v, scale, softcap,
+                       n_swa, True, out)
+
+
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it
 # Register tiles of the scores and values: FA_R query rows x FA_COLS columns (4 vectors of
 # FA_LANES), sized so the accumulators, the 4 B vectors and a broadcast fit the register file
