@@ -10,8 +10,8 @@ from numba import njit, prange
 from .actq import round_f16
 from .cpu import llvm_has, probe
 from .dots import hsum8
-from .fa_tiles import f16_dot_lanes, outer_tile
-from .ir import f16_to_f32, f32_to_f16, fma_f16, fma_f32, keep_alive
+from .fa_tiles import MAD, MAD_HALF, SCALE, f16_dot_lanes, f16_round_lanes, outer_tile
+from .ir import f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
 from .ops import EXP_LANES, row_max, v_expf
 
 # ggml's tiled flash attention (f32 throughout) serves batches of at least this many queries;
@@ -54,6 +54,9 @@ def cells_used(kpos):
 
 
 _f16_dot = f16_dot_lanes(F16_LANES)
+_f16_mad = f16_round_lanes(F16_LANES, MAD)
+_f16_scale = f16_round_lanes(F16_LANES, SCALE)
+_f16_mad_half = f16_round_lanes(F16_LANES, MAD_HALF)
 
 
 @njit(cache=True, boundscheck=False, inline="always")
@@ -134,10 +137,13 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
     M = np.float32(-np.inf)
     S = np.float32(0.0)
     n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0   # native half lanes
+    n_lanes = (head_dim_v - n_half) // F16_LANES          # then f32 lanes, a vector at a time
+    n_lanes_end = n_half + n_lanes * F16_LANES
+    acc_p = np.int64(acc.ctypes.data)
     for j in range(j0, j1):
         if not sees(kpos[j], p, n_swa, causal):
             continue
-        vrow = vcache[j, voff:voff + head_dim_v]
+        vrow = vcache[j, voff:voff + head_dim_v]     # (head_dim_v,) f16 bits
         s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
         if softcap != 0.0:
             s = np.float32(softcap) * np.float32(math.tanh(s))
@@ -146,17 +152,17 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
         if s > M:
             ms = np.float32(math.exp(M - s))
             M = s
-            ms_half = round_f16(ms)
-            for d in range(n_half):
-                acc[d] = round_f16(acc[d] * ms_half)     # the product of two halves is exact in f32
-            for d in range(n_half, head_dim_v):
+            # the half lanes' factor rounded to half (the product of two halves is exact in f32)
+            _f16_scale(acc_p, np.int64(f32_bits(round_f16(ms))), np.int64(0), n_half // F16_LANES)
+            _f16_scale(acc_p + 4 * n_half, np.int64(f32_bits(ms)), np.int64(0), n_lanes)
+            for d in range(n_lanes_end, head_dim_v):
                 acc[d] = round_f16(acc[d] * ms)
         else:
             vs = np.float32(math.exp(s - M))
-        vs_half = f32_to_f16(vs)
-        for d in range(n_half):
-            acc[d] = f16_to_f32(fma_f16(vrow[d], vs_half, f32_to_f16(acc[d])))
-        for d in range(n_half, head_dim_v):
+        v_p = np.int64(vcache.ctypes.data) + j * vcache.strides[0] + 2 * voff
+        _f16_mad_half(acc_p, np.int64(f32_to_f16(vs)), v_p, n_half // F16_LANES)
+        _f16_mad(acc_p + 4 * n_half, np.int64(f32_bits(vs)), v_p + 2 * n_half, n_lanes)
+        for d in range(n_lanes_end, head_dim_v):
             acc[d] = round_f16(fma_f32(f16_to_f32(vrow[d]), vs, acc[d]))
         S = fma_f32(S, ms, vs)
     return M, S
