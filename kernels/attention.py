@@ -10,8 +10,8 @@ from numba import njit, prange
 from .actq import round_f16
 from .cpu import llvm_has, probe
 from .dots import hsum8
-from .fa_tiles import f16_dot_lanes, outer_tile
-from .ir import f16_to_f32, f32_to_f16, fma_f16, fma_f32, keep_alive
+from .fa_tiles import MAD, MAD_HALF, SCALE, f16_dot_lanes, f16_round_lanes, outer_tile
+from .ir import f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
 from .ops import EXP_LANES, row_max, v_expf
 
 # ggml's tiled flash attention (f32 throughout) serves batches of at least this many queries;
@@ -54,6 +54,9 @@ def cells_used(kpos):
 
 
 _f16_dot = f16_dot_lanes(F16_LANES)
+_f16_mad = f16_round_lanes(F16_LANES, MAD)
+_f16_scale = f16_round_lanes(F16_LANES, SCALE)
+_f16_mad_half = f16_round_lanes(F16_LANES, MAD_HALF)
 
 
 @njit(cache=True, boundscheck=False, inline="always")
@@ -134,10 +137,13 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
     M = np.float32(-np.inf)
     S = np.float32(0.0)
     n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0   # native half lanes
+    n_lanes = (head_dim_v - n_half) // F16_LANES          # then f32 lanes, a vector at a time
+    n_lanes_end = n_half + n_lanes * F16_LANES
+    acc_p = np.int64(acc.ctypes.data)
     for j in range(j0, j1):
         if not sees(kpos[j], p, n_swa, causal):
             continue
-        vrow = vcache[j, voff:voff + head_dim_v]
+        vrow = vcache[j, voff:voff + head_dim_v]     # (head_dim_v,) f16 bits
         s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
         if softcap != 0.0:
             s = np.float32(softcap) * np.float32(math.tanh(s))
@@ -146,17 +152,17 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
         if s > M:
             ms = np.float32(math.exp(M - s))
             M = s
-            ms_half = round_f16(ms)
-            for d in range(n_half):
-                acc[d] = round_f16(acc[d] * ms_half)     # the product of two halves is exact in f32
-            for d in range(n_half, head_dim_v):
+            # the half lanes' factor rounded to half (the product of two halves is exact in f32)
+            _f16_scale(acc_p, np.int64(f32_bits(round_f16(ms))), np.int64(0), n_half // F16_LANES)
+            _f16_scale(acc_p + 4 * n_half, np.int64(f32_bits(ms)), np.int64(0), n_lanes)
+            for d in range(n_lanes_end, head_dim_v):
                 acc[d] = round_f16(acc[d] * ms)
         else:
             vs = np.float32(math.exp(s - M))
-        vs_half = f32_to_f16(vs)
-        for d in range(n_half):
-            acc[d] = f16_to_f32(fma_f16(vrow[d], vs_half, f32_to_f16(acc[d])))
-        for d in range(n_half, head_dim_v):
+        v_p = np.int64(vcache.ctypes.data) + j * vcache.strides[0] + 2 * voff
+        _f16_mad_half(acc_p, np.int64(f32_to_f16(vs)), v_p, n_half // F16_LANES)
+        _f16_mad(acc_p + 4 * n_half, np.int64(f32_bits(vs)), v_p + 2 * n_half, n_lanes)
+        for d in range(n_lanes_end, head_dim_v):
             acc[d] = round_f16(fma_f32(f16_to_f32(vrow[d]), vs, acc[d]))
         S = fma_f32(S, ms, vs)
     return M, S
@@ -245,6 +251,42 @@ def _split_kv_head(h, q, p, kcache, vcache, kpos, n_used, group, head_dim, head_
             vkq[d] = vkq[d] * inv
     for d in range(head_dim_v):
         out[0, h * head_dim_v + d] = vkq[d]
+
+
+@njit(cache=True, parallel=True, boundscheck=False)
+def attention_rows(q, qpos, kblock, vblock, layer, kpos, seqs, n_used, n_head, n_head_kv, head_dim,
+                   head_dim_v, scale, softcap, n_swa, out, n_threads):
+    """A batched decode step's attention in one parallel region: row t, one query q[t] at
+    position qpos[t] of sequence seqs[t], over that sequence's cache of `layer`, causal, as
+    `attention` computes it alone (split-KV where its padded cells reach FA_SPLIT_KV, else the
+    one chunk), the jobs of every row and head in one prange (not a region a row).
+
+    kblock, vblock: (n_seq, n_layers, n_cells, n_head_kv * head_dim(_v)) u16, the stacked caches
+    of every sequence; kpos (n_seq, n_cells); n_used (>= B,) int64, scratch for each row's
+    used cells; out (B, n_head * head_dim_v)."""
+    B = q.shape[0]
+    for t in range(B):
+        n_used[t] = cells_used(kpos[seqs[t]])
+    group = n_head // n_head_kv
+    if softcap != 0.0:
+        scale = scale / softcap
+    for job in prange(B * n_head):
+        _row_job(job // n_head, job % n_head, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group,
+                 head_dim, head_dim_v, scale, softcap, n_swa, out, n_threads)
+
+
+@njit(cache=True, boundscheck=False)
+def _row_job(t, h, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group, head_dim, head_dim_v,
+             scale, softcap, n_swa, out, n_threads):
+    """attention_rows' row t, head h (a function of its own: see _one_chunk_job)."""
+    kc, vc, kp = kblock[seqs[t], layer], vblock[seqs[t], layer], kpos[seqs[t]]
+    nek1 = n_kv_cells(kc.shape[0], n_used[t])
+    if nek1 >= FA_SPLIT_KV:
+        _split_kv_head(h, q[t:t + 1], qpos[t], kc, vc, kp, n_used[t], group, head_dim, head_dim_v, scale,
+                       softcap, n_swa, True, n_threads, (nek1 + n_threads - 1) // n_threads, out[t:t + 1])
+    else:
+        _one_chunk_job(t, h, q, qpos, kc, vc, kp, n_used[t], group, head_dim, head_dim_v, scale, softcap,
+                       n_swa, True, out)
 
 
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it

@@ -8,11 +8,12 @@ accumulators of 16 lanes (32 ymm) spilled on every fma and ran at a third of the
 Scores are A = queries (rows r, features k), B = the key tile transposed (features k, keys j);
 the weighted values are A = probabilities (rows r, keys k), B = the value tile (keys k,
 features j). numba alone keeps such accumulators in memory (one load and store per fma).
-The one-chunk (decode) attention's K.Q, ggml_vec_dot_f16, is here too (f16_dot_lanes).
+The one-chunk (decode) attention's K.Q, ggml_vec_dot_f16, is here too (f16_dot_lanes), and its
+f16 accumulator's lanes (f16_round_lanes).
 """
 from numba.extending import intrinsic
 
-from .ir import F32T, HALF, I8, I16, I64, Gen, i64_call, vec
+from .ir import F32T, HALF, I8, I16, I32, I64, Gen, i64_call, vec
 from .simd import _loop
 
 _tiles = {}
@@ -98,3 +99,57 @@ def f16_dot_lanes(lanes):
     dot._set_uuid(f"dasllama.fa_tiles.{name}")
     _tiles[key] = dot
     return dot
+
+
+MAD, SCALE, MAD_HALF = "mad", "scale", "mad_half"
+
+
+def f16_round_lanes(lanes, mode):
+    """numba intrinsic op(acc, factor_bits, v, n_steps) over n_steps * lanes f32 at acc, which
+    hold f16 values (addresses as int64): the one-chunk attention's f16 accumulator, element by
+    element, so any lane count gives its scalar loop's bits (numba left those loops scalar:
+    ~60 ns a 64-wide value row, Qwen2.5's heads, against ~15 in lanes).
+      MAD       acc = f16(fma(v, factor, acc)) in f32, v the f16 values at v, factor_bits the
+                float32 factor's bits (f32_bits): ggml_vec_mad_f16's f32 lanes
+      SCALE     acc = f16(acc * factor) in f32 (v unused): ggml_vec_scale_f16's
+      MAD_HALF  acc = fma(v, factor, acc) in half lanes, one rounding (factor_bits: the half's
+                bits): AVX512-FP16's vfmadd*ph, exact where numba compiles for that CPU
+    f16(.) rounds to half and back, as the cache's f16 accumulator holds it."""
+    key = ("f16_round", lanes, mode)
+    if key in _tiles:
+        return _tiles[key]
+    name = f"dasllama_f16_{mode}_{lanes}"
+    VF, VH, VI = vec(F32T, lanes), vec(HALF, lanes), vec(I16, lanes)
+
+    def emit(b, args):
+        g = Gen(b)
+        acc_p, v_p = b.inttoptr(args[0], I8.as_pointer()), b.inttoptr(args[2], I8.as_pointer())
+        if mode == MAD_HALF:
+            factor = g.splat(b.bitcast(b.trunc(args[1], I16), HALF), lanes)
+        else:
+            factor = g.splat(b.bitcast(b.trunc(args[1], I32), F32T), lanes)
+
+        def step(i, carry):
+            off = b.mul(i, g.c(I64, lanes))
+            acc = g.load(acc_p, b.mul(off, g.c(I64, 4)), VF)
+            if mode == SCALE:
+                new = b.fmul(acc, factor)
+            else:
+                v = b.bitcast(g.load(v_p, b.mul(off, g.c(I64, 2)), VI), VH)
+                if mode == MAD:
+                    new = g.fma(b.fpext(v, VF), factor, acc)
+                else:
+                    new = g.intr(f"llvm.fma.v{lanes}f16", VH, [v, factor, b.fptrunc(acc, VH)])
+            ptr = b.bitcast(g.at(acc_p, b.mul(off, g.c(I64, 4))), VF.as_pointer())
+            b.store(b.fpext(new if mode == MAD_HALF else b.fptrunc(new, VH), VF), ptr).align = 1
+            return carry
+
+        _loop(g, g.c(I64, 0), args[3], [g.c(I64, 0)], step)
+
+    @intrinsic
+    def op(typingctx, acc, factor_bits, v, n_steps):
+        return i64_call(4, name, emit)
+
+    op._set_uuid(f"dasllama.fa_tiles.{name}")
+    _tiles[key] = op
+    return op

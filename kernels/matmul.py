@@ -259,12 +259,13 @@ _FUSED_ARGS = "wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf"
 
 
 def _fused_source(qtypes, fused):
-    """fused_matmul's source over `qtypes`: for those in `fused`, a copy layout's fused kernel or
-    a format's (that of its active decode variant; per-shape winners are not consulted: every
-    variant of a format gives the same bits); for the others (and formats of the plain
-    reference engine), matmul's decode kernel once a matrix."""
+    """fused_matmul's source over `qtypes`: for those in `fused`, a copy layout's fused kernel (any
+    few tokens) or a format's (that of its active decode variant, one token; per-shape winners
+    are not consulted: every variant of a format gives the same bits); for the others (and
+    formats of the plain reference engine), matmul's kernel once a matrix. A format's weights
+    in more than one token are left to the caller (False): its prefill kernels are matmul's."""
     lines = ["def make(selection):",
-             f"    def fused_matmul(qtype, {_FUSED_ARGS}):",
+             f"    def fused_matmul(qtype, {_FUSED_ARGS}, n_tokens):",
              f'        """{FUSED_DOC}"""',
              "        _ = selection  # noqa: F841  (the cache key, see _build_fused)",
              "        if False:",
@@ -276,32 +277,40 @@ def _fused_source(qtypes, fused):
             kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
             kernels[f"_fused_{layout}"] = rowgroups.FUSED_KERNELS[use]
             lines.append(f"        elif qtype == {layout}:   # {type_name(layout)}")
-            lines += _fused_call(layout, fused, f"_copy_{layout}")
+            lines += _fused_call(layout, fused, f"_copy_{layout}", "n_tokens", "            ")
     for fmt in formats.FORMATS:
         if fmt.ID in qtypes:
             kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
             one = build_fused_kernel(fmt.ID, _active_choices()[fmt.ID, "decode"])
             if one is not None:
                 kernels[f"_fused_{fmt.ID}"] = one
-            lines.append(f"        elif qtype == {fmt.ID}:   # {type_name(fmt.ID)}")
-            lines += _fused_call(fmt.ID, fused if one is not None else (), f"_decode_{fmt.ID}")
+            lines += [f"        elif qtype == {fmt.ID} and n_tokens == 1:   # {type_name(fmt.ID)}"]
+            lines += _fused_call(fmt.ID, fused if one is not None else (), f"_decode_{fmt.ID}", None,
+                                 "            ")
+    lines += ["        else:",
+              "            return False",
+              "        return True"]
     return lines + ["    return fused_matmul"], kernels
 
 
-def _fused_call(qtype, fused, single):
-    """The lines of one branch of fused_matmul: its fused kernel, or `single` once a matrix."""
+def _fused_call(qtype, fused, single, n_tokens, indent):
+    """The lines of one branch of fused_matmul: its fused kernel (with n_tokens, where it takes
+    a count), or `single` once a matrix."""
     if qtype in fused:
-        return [f"            _fused_{qtype}({_FUSED_ARGS})"]
+        return [f"{indent}_fused_{qtype}({_FUSED_ARGS}{', ' + n_tokens if n_tokens else ''})"]
+    count = n_tokens or "np.int64(1)"
     lines = []
     for w, n, o in (("wa", "na", "oa"), ("wb", "nb", "ob"), ("wc", "nc", "oc")):
-        lines += [f"            if {n} > 0:",
-                  f"                {single}({w}, {n}, n_cols, xq, xd, xa, xf, np.int64(1), {o})"]
+        lines += [f"{indent}if {n} > 0:",
+                  f"{indent}    {single}({w}, {n}, n_cols, xq, xd, xa, xf, {count}, {o})"]
     return lines
 
 
-FUSED_DOC = """One token times up to three matrices of `qtype`, n_cols columns each, in one parallel
-        region where the format has a fused kernel: oa (1, na) = wa times the quantised x row, and
-        the same of b and c (nb, nc 0 where there are fewer). Bit for bit matmul's result."""
+FUSED_DOC = """n_tokens (a few) times up to three matrices of `qtype`, n_cols columns each, in one
+        parallel region where the layout has a fused kernel: oa (n_tokens, na) = wa times the
+        quantised x rows, and the same of b and c (nb, nc 0 where there are fewer). Bit for bit
+        matmul's result. Returns False, having done nothing, for a file format's weights in
+        more than one token (matmul multiplies those)."""
 
 
 def _build_fused(qtypes, fused):
@@ -314,9 +323,9 @@ def _build_fused(qtypes, fused):
 
 
 def fused_for(qtypes, fused=None):
-    """The fused decode dispatch (fused_matmul) over the formats and copy layouts in `qtypes`,
+    """The fused dispatch (fused_matmul) over the formats and copy layouts in `qtypes`,
     with fused kernels for those in `fused` (default: all), one per pair of sets per process:
-    what a model's step calls for q, k, v and gate, up of one token."""
+    what a model's step calls for q, k, v and gate, up of a few tokens."""
     qtypes = frozenset(int(q) for q in qtypes)
     fused = qtypes if fused is None else frozenset(int(q) for q in fused)
     if (qtypes, fused) not in _fused_for_set:

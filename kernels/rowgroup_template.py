@@ -150,7 +150,7 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
                     gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
                          c1 - t1, og + t1 * os, os)
         keep_alive(aux)
-    FUSED[kernel] = _fused_kernel(layout, block_elems, aux_kind, gemv, width)
+    FUSED[kernel] = _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile, width)
     return kernel
 
 
@@ -171,31 +171,44 @@ def _aux_of(aux_kind):
     return aux
 
 
-def _fused_kernel(layout, block_elems, aux_kind, tile, width=8):
-    """fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf) as simd.make_fused_kernel,
-    on copies in `layout`: one token times up to three matrices in one parallel region, the
-    prange over the row groups of all three, the aux rows made once."""
+def _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
+    """fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf, n_tokens) as
+    simd.make_fused_kernel, on copies in `layout`, for a few tokens (a decode step's one, or a
+    batched step's B): up to three matrices in one parallel region, the prange over the row
+    groups of all three, each group's tile taking every token (its weights read once), the
+    aux rows made once. With gemv_tile (Q4_K), each matrix's first gemm_tokens tokens take
+    `tile`, the rest gemv_tile, as _kernel's (which cuts a long batch into cache-sized chunks
+    of tokens: this one is for the few of a step, whose activations stay in L1)."""
     group_block = int(BLOCK_BYTES[layout]) * width
+    split = gemv_tile is not None
+    gemv = gemv_tile if split else tile
     aux_of = _aux_of(aux_kind)
 
     @njit(**JIT, parallel=True)
-    def fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf):
+    def fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf, n_tokens):
         n_blocks = n_cols // block_elems
         group_bytes = n_blocks * group_block
-        aux = aux_of(xq, xa, np.int64(1), n_cols)  # np.int64: a literal 1 is a compile of its own
+        aux = aux_of(xq, xa, n_tokens, n_cols)
         xp, ap, dp = np.int64(xq.ctypes.data), np.int64(aux.ctypes.data), np.int64(xd.ctypes.data)
         xs, as_, ds = xq.strides[0], aux.strides[0], xd.strides[0]
         ga, gb, gc = na // width, nb // width, nc // width
         pa, pb, pc = np.int64(wa.ctypes.data), np.int64(wb.ctypes.data), np.int64(wc.ctypes.data)
         qa, qb, qc = np.int64(oa.ctypes.data), np.int64(ob.ctypes.data), np.int64(oc.ctypes.data)
+        sa, sb, sc = oa.strides[0], ob.strides[0], oc.strides[0]
         for grp in numba.prange(ga + gb + gc):
             if grp < ga:
-                wp, op, g = pa, qa, grp
+                wp, op, os, n_rows, g = pa, qa, sa, na, grp
             elif grp < ga + gb:
-                wp, op, g = pb, qb, grp - ga
+                wp, op, os, n_rows, g = pb, qb, sb, nb, grp - ga
             else:
-                wp, op, g = pc, qc, grp - ga - gb
-            tile(wp + g * group_bytes, n_blocks, xp, xs, ap, as_, dp, ds, 1, op + 4 * width * g, 4 * width)
+                wp, op, os, n_rows, g = pc, qc, sc, nc, grp - ga - gb
+            n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
+            wg, og = wp + g * group_bytes, op + 4 * width * g
+            if n_batch > 0:
+                tile(wg, n_blocks, xp, xs, ap, as_, dp, ds, n_batch, og, os)
+            if n_tokens > n_batch:
+                gemv(wg, n_blocks, xp + n_batch * xs, xs, ap + n_batch * as_, as_, dp + n_batch * ds, ds,
+                     n_tokens - n_batch, og + n_batch * os, os)
         keep_alive(aux)
     return fused
 

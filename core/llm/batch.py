@@ -4,13 +4,13 @@ instead of once per sequence (what a server's parallel sequences gain from the b
 
 The layer is forward.py's, built from the same steps (_qkv, _ffn, _output); only the
 positions, the caches and attention are per row (each row attends over its own sequence's
-cache, through the one-query path a decode step takes). No trace, and every row's logits
-are kept.
+cache, through the one-query path a decode step takes, all rows in one parallel region). No
+trace, and every row's logits are kept.
 """
 import numpy as np
 from numba import njit
 
-from dasllama.kernels.attention import attention, store_kv
+from dasllama.kernels.attention import attention_rows, store_kv
 from dasllama.kernels.ops import rms_norm
 
 from .forward import (_add_residual, _attn_out, _embed, _ffn, _fvec, _layer_cache, _output, _qkv,
@@ -22,6 +22,19 @@ from .kvcache import KV
 def _row(block, i):
     return KV(block.k[i], block.v[i], block.k_swa[i], block.v_swa[i], block.pos[i], block.pos_swa[i],
               block.heads[i])
+
+
+@njit(cache=True)
+def _layer_block(block, il, layer_swa):
+    """Layer il's stacked caches of every sequence, as _layer_cache picks one sequence's: (keys,
+    values (n_seq, n_layers, n_cells, width), the layer's index in them, cell positions (n_seq,
+    n_cells))."""
+    ig = 0
+    for j in range(il):
+        ig += 0 if (layer_swa[j] and block.k_swa.shape[1] > 0) else 1
+    if layer_swa[il] and block.k_swa.shape[1] > 0:
+        return block.k_swa, block.v_swa, il - ig, block.pos_swa
+    return block.k, block.v, ig, block.pos
 
 
 @per_formats()   # compiled per set of formats, as forward (step.py)
@@ -36,6 +49,7 @@ def forward_batch(tokens, positions, slots, net, block, scratch, acts, logits, n
     x, xn, q, k, v, att, ao, gate, up, hid = _scratch_views(scratch, B, sh)
     cells = np.empty(B, np.int64)
     cells_swa = np.empty(B, np.int64)
+    n_used = np.empty(B, np.int64)
     for t in range(B):
         c, cw = place_batch(_row(block, slots[t]), positions[t:t + 1], sh.n_swa)
         cells[t], cells_swa[t] = c[0], cw[0]
@@ -53,9 +67,9 @@ def forward_batch(tokens, positions, slots, net, block, scratch, acts, logits, n
                                             cells_swa[t:t + 1])
             store_kv(k[t:t + 1], kc, cl)
             store_kv(v[t:t + 1], vc, cl)
-            attention(q[t:t + 1], positions[t:t + 1], kc, vc, kpos, sh.n_head, sh.n_head_kv,
-                      sh.head_dim, sh.head_dim_v, sh.kq_scale, sh.attn_softcap, n_swa, True,
-                      att[t:t + 1], n_threads)
+        kb, vb, layer, kposb = _layer_block(block, il, net.layer_swa)
+        attention_rows(q, positions, kb, vb, layer, kposb, slots, n_used, sh.n_head, sh.n_head_kv,
+                       sh.head_dim, sh.head_dim_v, sh.kq_scale, sh.attn_softcap, n_swa, att, n_threads)
         _attn_out(il, net, att, acts, ao)
         _add_residual(ao, x)
 

@@ -91,6 +91,12 @@ def per_formats(**options):
 # ~5 s of a cold start on its own (typing and lowering that large a tuple of arrays), and
 # these four were ~22 of its ~120 s.
 
+# A decode step's one token and a batched step's few (core/llm/batch.py) multiply q, k, v and
+# gate, up in one parallel region each (_linear3): a region's dispatch and barrier are a
+# visible part of so short a step. Longer batches take one region a matrix, whose tiles then
+# run long enough to hide it.
+FUSED_MAX_TOKENS = 8
+
 # names recorded by the trace, in llama.cpp's callback names (cb(cur, "attn_norm", il))
 TRACE_NAMES = ("attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "attn_out", "ffn_inp",
                "ffn_norm", "ffn_out", "l_out")
@@ -145,27 +151,32 @@ def _linear(wbuf, wrow, cbuf, prow, x, acts, out, have):
 
 @per_formats()
 def _linear3(wbuf, cbuf, wa, pa, oa, wb, pb, ob, wc, pc, oc, n, x, acts):
-    """oa, ob, oc (1, rows of each) = one token x (1, cols) times n (2 or 3) weights of the same
-    cols (wtab rows wa, wb, wc and their ctab entries pa, pb, pc; with n = 2, c is unused), as
-    _linear does each: those that multiply in a's format (after copies) in one parallel region
-    (fused_matmul), the others one by one. x is quantised once a kind."""
-    one = np.int64(1)   # not a literal 1: numba compiles a callee once per literal argument value
-    ba, ra = _weight(wbuf, wa, cbuf, pa, one)
-    bb, rb = _weight(wbuf, wb, cbuf, pb, one)
-    bc, rc = _weight(wbuf, wc, cbuf, pc, one)
+    """oa, ob, oc (T, rows of each) = x (T, cols), a few tokens, times n (2 or 3) weights of the
+    same cols (wtab rows wa, wb, wc and their ctab entries pa, pb, pc; with n = 2, c is unused),
+    as _linear does each: those that multiply in a's format (after copies) in one parallel
+    region (fused_matmul), the others one by one, and all of them one by one where the fused
+    dispatch leaves them (a file format's weights in more than one token). x is quantised once
+    a kind."""
+    T = x.shape[0]
+    ba, ra = _weight(wbuf, wa, cbuf, pa, T)
+    bb, rb = _weight(wbuf, wb, cbuf, pb, T)
+    bc, rc = _weight(wbuf, wc, cbuf, pc, T)
     qtype, cols = ra[1], ra[3]
     xq, xd, xa, xf = acts
-    xq2, xd2, xa2, xf2 = _view(xq, one, cols), _view(xd, one, cols // 32), _view(xa, one, cols // 16), _view(xf, one, cols)
+    xq2, xd2, xa2, xf2 = _view(xq, T, cols), _view(xd, T, cols // 32), _view(xa, T, cols // 16), _view(xf, T, cols)
     kind = act_kind(qtype)
     quantize_act(kind, x, xq2, xd2, xa2, xf2)
     with_b = rb[1] == qtype
     with_c = n == 3 and rc[1] == qtype
-    fused_matmul(qtype, ba[ra[0]:], ra[2], oa, bb[rb[0]:], rb[2] if with_b else 0, ob,  # noqa: F821  (step.py's)
-                 bc[rc[0]:] if with_c else ba[ra[0]:], rc[2] if with_c else 0, oc, cols, xq2, xd2, xa2, xf2)
+    done = fused_matmul(qtype, ba[ra[0]:], ra[2], oa, bb[rb[0]:], rb[2] if with_b else 0, ob,  # noqa: F821  (step.py's)
+                        bc[rc[0]:] if with_c else ba[ra[0]:], rc[2] if with_c else 0, oc, cols, xq2, xd2,
+                        xa2, xf2, T)
     have = kind
-    if not with_b:
+    if not done:
+        have = _linear(wbuf, wa, cbuf, pa, x, acts, oa, have)  # noqa: F821  (step.py's)
+    if not (done and with_b):
         have = _linear(wbuf, wb, cbuf, pb, x, acts, ob, have)  # noqa: F821  (step.py's)
-    if n == 3 and not with_c:
+    if n == 3 and not (done and with_c):
         _linear(wbuf, wc, cbuf, pc, x, acts, oc, have)  # noqa: F821  (step.py's)
 
 
@@ -266,7 +277,7 @@ def _qkv(il, net, xn, acts, sfused, angles, q, k, v):
         _split_cols(qkv, q, np.int64(0))
         _split_cols(qkv, k, nq)
         _split_cols(qkv, v, nq + nk)
-    elif xn.shape[0] == 1:     # one token: q, k, v in one region where they share a format
+    elif xn.shape[0] <= FUSED_MAX_TOKENS:     # q, k, v in one region where they share a format
         _linear3(net.wbuf, net.cbuf, w.q[il], c.q[il], q, w.k[il], c.k[il], k, w.v[il], c.v[il], v, np.int64(3), xn, acts)
         _add_bias(fb, nm.bq[il], q)
         _add_bias(fb, nm.bk[il], k)
@@ -294,7 +305,7 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
     sh, w, c = net.shape, net.w, net.copies
     n_ff = sh.n_ff
     no_acts = np.int64(-1)
-    if w.gate[il, 1] >= 0 and xn.shape[0] == 1:    # one token: gate and up in one region
+    if w.gate[il, 1] >= 0 and xn.shape[0] <= FUSED_MAX_TOKENS:    # gate and up in one region
         _linear3(net.wbuf, net.cbuf, w.gate[il], c.gate[il], gate, w.up[il], c.up[il], up, w.up[il],
                  c.up[il], up, np.int64(2), xn, acts)
     elif w.gate[il, 1] >= 0:

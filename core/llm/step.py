@@ -134,7 +134,7 @@ def _samples(shape):
     attention_args = (x, cells, cache, cache, cells, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
                       sh.kq_scale, sh.attn_softcap, sh.n_swa, True, x, 1)
     local = [(attention, attention_args), (quantize_act, (np.int64(0), x, xq, xd, xa, xf))]
-    fused = (np.int64(0), weights, 1, x, weights, 1, x, weights, 1, x, 1, xq, xd, xa, xf)
+    fused = (np.int64(0), weights, 1, x, weights, 1, x, weights, 1, x, 1, xq, xd, xa, xf, 1)
     return local, (np.int64(0), weights, 1, 1, xq, xd, xa, xf, 1, x), fused
 
 

@@ -246,36 +246,47 @@ def test_q8_0_copies_multiply_bit_for_bit_alike(source, copy, n_rows, n_tokens):
 @pytest.mark.parametrize("qtype", [Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.Q4_1], ids=Q.type_name)
 def test_fused_decode_gives_each_matrix_its_own_product(qtype):
     # the step's q, k, v (gate, up) of one token in one region: each output as matmul's, and a
-    # matrix of 0 rows neither read nor written
+    # matrix of 0 rows neither read nor written; the file's blocks in more tokens are left to
+    # matmul (False, nothing written)
     shapes = (37, 16, 21)
     ws = [random_weights(qtype, r, 512, seed=i) for i, r in enumerate(shapes)]
     x = np.random.default_rng(9).standard_normal((1, 512)).astype(np.float32)
     refs = [_ref(qtype, w, x)[0] for w in ws]
     bufs = _quantised(qtype, x)
+    fused = M.fused_for((qtype,))
     for n in (3, 2):
         outs = [np.full((1, r), np.nan, np.float32) for r in shapes]
         rows = [r if i < n else 0 for i, r in enumerate(shapes)]
-        M.fused_for((qtype,))(qtype, ws[0], rows[0], outs[0], ws[1], rows[1], outs[1], ws[2], rows[2], outs[2],
-                              512, *bufs)
+        assert fused(qtype, ws[0], rows[0], outs[0], ws[1], rows[1], outs[1], ws[2], rows[2], outs[2], 512, *bufs, 1)
         for i in range(3):
             if i < n:
                 np.testing.assert_array_equal(outs[i].view(np.uint32), refs[i].view(np.uint32), str(i))
             else:
                 assert np.isnan(outs[i]).all()
+    x3 = np.random.default_rng(9).standard_normal((3, 512)).astype(np.float32)
+    outs = [np.full((3, r), np.nan, np.float32) for r in shapes]
+    assert not fused(qtype, ws[0], 37, outs[0], ws[1], 16, outs[1], ws[2], 21, outs[2], 512, *_quantised(qtype, x3), 3)
+    assert all(np.isnan(out).all() for out in outs)
 
 
-def test_fused_decode_through_the_copies():
+@pytest.mark.parametrize("qtype,n_tokens", [(Q.Q8_0, 1), (Q.Q8_0, 5), (Q.Q4_0, 3), (Q.Q4_K, 2), (Q.Q4_K, 6),
+                                            (Q.Q6_K, 8)], ids=str)
+def test_fused_products_through_the_copies(qtype, n_tokens):
+    # a decode step's one token and a batched step's few through the copies in one region:
+    # each token's product as matmul's, Q4_K's first tokens through llama.cpp's gemm fold (its
+    # batches of 4), the rest through the gemv's
     shapes = (48, 16, 32)
-    ws = [_without_minus_128(random_weights(Q.Q8_0, r, 512, seed=i)) for i, r in enumerate(shapes)]
-    x = np.random.default_rng(3).standard_normal((1, 512)).astype(np.float32)
-    refs = [_ref(Q.Q8_0, w, x)[0] for w in ws]
-    bufs = _quantised(Q.Q8_0, x)
+    ws = [random_weights(qtype, r, 512, seed=i) for i, r in enumerate(shapes)]
+    ws = [_without_minus_128(w) for w in ws] if qtype == Q.Q8_0 else ws
+    x = np.random.default_rng(3).standard_normal((n_tokens, 512)).astype(np.float32)
+    refs = [_ref(qtype, w, x)[0] for w in ws]
+    bufs = _quantised(qtype, x)
     for copy in ["x8", "x16"] if rowgroups.HAS_X16 else ["x8"]:
-        layout = rowgroups.copy_layout(Q.Q8_0, 16, copy)
-        packed = [rowgroups.make_copy(Q.Q8_0, w, r, 512, name=copy) for w, r in zip(ws, shapes)]
-        outs = [np.full((1, r), np.nan, np.float32) for r in shapes]
-        M.fused_for((layout,))(layout, packed[0], 48, outs[0], packed[1], 16, outs[1], packed[2], 32, outs[2],
-                               512, *bufs)
+        layout = rowgroups.copy_layout(qtype, 16, copy)
+        packed = [rowgroups.make_copy(qtype, w, r, 512, name=copy) for w, r in zip(ws, shapes)]
+        outs = [np.full((n_tokens, r), np.nan, np.float32) for r in shapes]
+        assert M.fused_for((layout,))(layout, packed[0], 48, outs[0], packed[1], 16, outs[1], packed[2], 32,
+                                      outs[2], 512, *bufs, n_tokens)
         for out, ref in zip(outs, refs):
             np.testing.assert_array_equal(out.view(np.uint32), ref.view(np.uint32), copy)
 

@@ -1,8 +1,9 @@
 """kernels/ops.py against the float64 references of kernels/ops_ref.py."""
 import numpy as np
 import pytest
+from numba import njit
 
-from dasllama.kernels import attention as attn, ops
+from dasllama.kernels import attention as attn, fa_tiles, ops
 from dasllama.kernels.ops_ref import attention_ref, gelu_ref, rms_norm_ref, rope_ref, silu_ref
 
 
@@ -221,3 +222,32 @@ def test_fma_f16_rounds_once_as_avx512_fp16_does():
     # and numpy rounds float64 to half once
     want = (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float16)
     np.testing.assert_array_equal(out, want.view(np.uint16))
+
+
+@pytest.mark.parametrize("mode", [fa_tiles.MAD, fa_tiles.SCALE, fa_tiles.MAD_HALF])
+def test_the_f16_accumulator_lanes_round_as_the_scalar_loops(mode):
+    # the one-chunk attention's value accumulator in vector lanes: each element as ggml's loop
+    # computes it (f32 fma or product rounded to half; the half fma rounded once), here in
+    # float64, exact before its one rounding to f32 or half
+    if mode == fa_tiles.MAD_HALF and not attn.F16_HALF_STEP:
+        pytest.skip("half lanes run where the CPU has AVX512-FP16")
+    lanes, n = attn.F16_LANES, 4 * attn.F16_LANES
+    acc = rng.standard_normal(n).astype(np.float16).astype(np.float32)
+    v = (rng.standard_normal(n) * 3).astype(np.float16)
+    factor = np.float32(0.7317)
+    got = acc.copy()
+    if mode == fa_tiles.MAD_HALF:
+        factor = np.float32(np.float16(factor))
+        bits = int(np.float16(factor).view(np.uint16))
+    else:
+        bits = int(factor.view(np.uint32))
+    op = fa_tiles.f16_round_lanes(lanes, mode)
+    njit(lambda a, b, c, d: op(a, b, c, d))(got.ctypes.data, bits, v.ctypes.data, n // lanes)
+    a64, v64, f64 = acc.astype(np.float64), v.astype(np.float64), np.float64(factor)
+    if mode == fa_tiles.SCALE:
+        want = (a64 * f64).astype(np.float32).astype(np.float16)
+    elif mode == fa_tiles.MAD:
+        want = (v64 * f64 + a64).astype(np.float32).astype(np.float16)
+    else:
+        want = (v64 * f64 + a64).astype(np.float16)
+    np.testing.assert_array_equal(got, want.astype(np.float32))

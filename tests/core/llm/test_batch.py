@@ -11,10 +11,10 @@ from dasllama.core import Model
 PROMPTS = ([1, 5, 9, 13], [2, 7], [3, 4, 8, 16, 23, 42, 11])
 
 
-def stepped(model, caches, steps, batched):
+def stepped(model, caches, steps, batched, prompts=PROMPTS):
     """(greedy token, logits after feeding it) per step of each sequence after its prompt."""
     logits = []
-    for cache, prompt in zip(caches, PROMPTS):
+    for cache, prompt in zip(caches, prompts):
         model.kv = cache
         logits.append(model.eval(prompt))
     out = [[] for _ in caches]
@@ -45,6 +45,18 @@ def test_a_batched_step_is_each_sequence_stepped_alone(tiny_model, arch, qtype):
                 assert ((x - y) ** 2).sum() / (x ** 2).sum() < 1e-6    # NMSE
             else:
                 assert np.array_equal(x, y)
+
+
+def test_a_batched_step_splits_the_long_sequences_keys_as_alone(tiny_model):
+    # the rows' attention runs in one region: a sequence past 256 cells takes the split-KV
+    # path (its padded cells reach 512) beside one that does not, each as stepped alone
+    model = Model(tiny_model("llama", "Q8_0"), n_ctx=1024, n_threads=2, quiet=True)
+    prompts = ([int(i) for i in np.random.default_rng(5).integers(1, 60, 300)], PROMPTS[1])
+    alone = stepped(model, model.new_kvs(2), 2, batched=False, prompts=prompts)
+    together = stepped(model, model.new_kvs(2), 2, batched=True, prompts=prompts)
+    for a, b in zip(alone, together):
+        for (ta, x), (tb, y) in zip(a, b):
+            assert ta == tb and np.array_equal(x, y)
 
 
 def test_decode_batch_refuses_caches_of_other_blocks(tiny_model):
