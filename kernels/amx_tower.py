@@ -1,0 +1,188 @@
+"""Q8_0 matrix products of the media towers on AMX-INT8 tiles (Sapphire Rapids' tile unit).
+
+The activations are quantised to Q8_0 blocks exactly as ggml's quantize_row_q8_0 does (actq),
+so each block's int32 sum of 32 int8 x int8 products is the one libmtmd forms; tdpbssd makes
+16 x 16 such sums at once (A: 16 tokens x 32 bytes of one block, B: that block of 16 output
+rows, 8 quads x 16 rows x 4 bytes), and the fold adds float(sum) * (dx * dw) to a float32
+accumulator per block, as ggml's vec_dot_q8_0_q8_0 does, but per output rather than per lane
+of one dot: the sums of blocks come in another order, so the result is not ggml's to the bit.
+That suits the towers, whose parity is a relative error bound; NOT the LLM, whose matmuls
+must stay bit-exact with llama.cpp's (kernels/matmul.py).
+
+A call of the tile intrinsic makes one 32 tokens x 32 outputs block over the whole summed
+axis: 2 x 2 C tiles, their block sums stored to a scratch tile each block and folded with
+AVX-512 into the accumulator. The weights are repacked once at load (`pack_q8_0`): per 16
+output rows and block, the 512-byte B tile and the 16 scales as float32.
+
+The tile state is granted by the OS on request (kernels/tts/amx.py's AMX, DASLLAMA_AMX=0 off);
+each call loads its own tile configuration and releases the tiles after.
+"""
+import numpy as np
+from llvmlite import ir
+from numba import njit
+from numba.extending import intrinsic
+
+from .actq import quantize_row_q8_0
+from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, vec
+from .quants import JIT
+from .simd import _loop
+from .tts.amx import AMX
+
+BLOCK = 32                  # a Q8_0 block: the summed length of one tdpbssd here
+TILE = 16                   # rows of an A / C tile, columns of a C tile
+SPAN = 32                   # tokens and outputs of one call: 2 x 2 C tiles
+B_TILE = 8 * 64             # bytes of one B tile: 8 quads x 16 outputs x 4
+V16F = vec(F32T, 16)
+V16I = vec(I32, 16)
+
+
+def _configure(g):
+    """ldtilecfg: tiles 0-3 C (16 x 64 bytes), 4-5 A (16 rows x 32 bytes), 6-7 B (8 x 64)."""
+    b = g.b
+    cfg = b.alloca(ir.ArrayType(I8, 64))
+    cfg.align = 64
+    p = b.bitcast(cfg, I8.as_pointer())
+    for i in range(64):
+        b.store(g.c(I8, 0), g.at(p, i))
+    b.store(g.c(I8, 1), g.at(p, 0))
+    shapes = [(16, 64)] * 4 + [(16, 32)] * 2 + [(8, 64)] * 2
+    for t, (rows, colsb) in enumerate(shapes):
+        b.store(g.c(I16, colsb), b.bitcast(g.at(p, 16 + 2 * t), I16.as_pointer()))
+        b.store(g.c(I8, rows), g.at(p, 48 + t))
+    g.intr("llvm.x86.ldtilecfg", ir.VoidType(), [p])
+
+
+def _emit_q8_tile(b, args):
+    """tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb): see q8_tile."""
+    g = Gen(b)
+    xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb = args
+    ptr = lambda v: b.inttoptr(v, I8.as_pointer())
+    xq_p, xd_p, wq_p, wd_p, out_p = map(ptr, (xq, xd, wq, wd, out))
+    void = ir.VoidType()
+    _configure(g)
+    acc = b.alloca(ir.ArrayType(F32T, SPAN * SPAN))          # (token, output) float32
+    acc.align = 64
+    acc_p = b.bitcast(acc, I8.as_pointer())
+    scratch = b.alloca(ir.ArrayType(I32, 4 * TILE * TILE))  # the 4 C tiles' int32 sums
+    scratch.align = 64
+    s_p = b.bitcast(scratch, I8.as_pointer())
+    zero = g.c(V16F, 0.0)
+    for r in range(SPAN * 2):
+        st = b.store(zero, b.bitcast(g.at(acc_p, 64 * r), V16F.as_pointer()))
+        st.align = 64
+    c_tile = lambda i, j: g.c(I8, 2 * i + j)
+    a_tile = lambda i: g.c(I8, 4 + i)
+    b_tile = lambda j: g.c(I8, 6 + j)
+    nb_bytes = b.mul(n_kb, g.c(I64, B_TILE))                 # one 16-output strip of B tiles
+    nb_scales = b.mul(n_kb, g.c(I64, 64))
+    a_rows = [g.at(xq_p, b.mul(g.c(I64, 16 * i), x_rs)) for i in range(2)]
+    d_rows = [[g.at(xd_p, b.mul(g.c(I64, 16 * i + r), xd_rs)) for r in range(16)] for i in range(2)]
+
+    def block(kb, carry):
+        for i in range(2):
+            for j in range(2):
+                g.intr("llvm.x86.tilezero", void, [c_tile(i, j)])
+        for i in range(2):
+            g.intr("llvm.x86.tileloadd64", void, [a_tile(i), g.at(a_rows[i], b.mul(kb, g.c(I64, BLOCK))), x_rs])
+        w_off = b.mul(kb, g.c(I64, B_TILE))
+        for j in range(2):
+            g.intr("llvm.x86.tileloadd64", void,
+                   [b_tile(j), g.at(wq_p, b.add(b.mul(g.c(I64, j), nb_bytes), w_off)), g.c(I64, 64)])
+        for i in range(2):
+            for j in range(2):
+                g.intr("llvm.x86.tdpbssd", void, [c_tile(i, j), a_tile(i), b_tile(j)])
+                g.intr("llvm.x86.tilestored64", void,
+                       [c_tile(i, j), g.at(s_p, (2 * i + j) * 1024), g.c(I64, 64)])
+        s_off = b.mul(kb, g.c(I64, 64))
+        dw = [g.load(wd_p, b.add(b.mul(g.c(I64, j), nb_scales), s_off), V16F) for j in range(2)]
+        d_off = b.mul(kb, g.c(I64, 4))
+        for i in range(2):
+            for r in range(16):
+                dx = g.splat(g.f32(d_rows[i][r], d_off), 16)
+                for j in range(2):
+                    sums = b.sitofp(g.load(s_p, (2 * i + j) * 1024 + 64 * r, V16I), V16F)
+                    a_ptr = b.bitcast(g.at(acc_p, ((16 * i + r) * SPAN + 16 * j) * 4), V16F.as_pointer())
+                    old = b.load(a_ptr)
+                    old.align = 64
+                    st = b.store(g.fma(sums, b.fmul(dx, dw[j]), old), a_ptr)
+                    st.align = 64
+        return carry
+
+    _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
+    g.intr("llvm.x86.tilerelease", void, [])
+    for r in range(SPAN):
+        for j in range(2):
+            v = b.load(b.bitcast(g.at(acc_p, (r * SPAN + 16 * j) * 4), V16F.as_pointer()))
+            o = b.bitcast(g.at(out_p, b.add(b.mul(g.c(I64, r), out_rs), g.c(I64, 64 * j))), V16F.as_pointer())
+            b.store(v, o).align = 4
+
+
+@intrinsic
+def q8_tile(typingctx, xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb):
+    """out (32 tokens x 32 outputs float32, rows out_rs bytes apart) = the Q8_0 product of
+    the tokens' quants xq (int8, rows x_rs apart; 32 n_kb of them) with scales xd (float32 a
+    block, rows xd_rs apart) and two 16-output strips of pack_q8_0's tiles at wq (scales at
+    wd), the second n_kb * 512 bytes (n_kb * 64 of scales) after the first."""
+    return i64_call(9, "dasllama_amx_q8_tile", _emit_q8_tile)
+
+
+q8_tile._set_uuid("dasllama.amx_tower.q8_tile")     # stable across processes: see simd.py
+
+
+# --- packing ---------------------------------------------------------------------------------
+
+def pack_q8_0(raw, n_rows, n_cols):
+    """Q8_0 rows (uint8, n_rows x row bytes: per block an f16 scale and 32 int8) -> (wq, wd):
+    wq int8 (N / 16, n_kb, 8, 16, 4), element [s, kb, q, n, i] = w[16 s + n, 32 kb + 4 q + i],
+    the B tiles tdpbssd reads; wd float32 (N / 16, n_kb, 16) their scales. N is n_rows
+    rounded up to 32, the rows past n_rows zero."""
+    n_kb = n_cols // BLOCK
+    n_pad = -(-n_rows // SPAN) * SPAN
+    blocks = np.asarray(raw, np.uint8).reshape(n_rows, n_kb, 2 + BLOCK)
+    q = np.zeros((n_pad, n_kb, BLOCK), np.int8)
+    q[:n_rows] = blocks[:, :, 2:].view(np.int8)
+    d = np.zeros((n_pad, n_kb), np.float32)
+    d[:n_rows] = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16)[:, :, 0]
+    wq = q.reshape(n_pad // TILE, TILE, n_kb, 8, 4).transpose(0, 2, 3, 1, 4)   # (s, kb, q, n, i)
+    wd = d.reshape(n_pad // TILE, TILE, n_kb).transpose(0, 2, 1)
+    return np.ascontiguousarray(wq), np.ascontiguousarray(wd)
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+@njit(**JIT)
+def q8_matmul(x, wq, wd, n_rows):
+    """y (T, n_rows) float32 = x (T, K) times the packed Q8_0 matrix (pack_q8_0's), x
+    quantised to Q8_0 first; single-threaded (the tower's pool shares tokens out)."""
+    n_tok, n_cols = x.shape
+    n_kb = n_cols // BLOCK
+    t_pad = (n_tok + SPAN - 1) // SPAN * SPAN
+    n_pad = wq.shape[0] * TILE
+    xq = np.zeros((t_pad, n_cols), np.int8)
+    xd = np.zeros((t_pad, n_kb), np.float32)
+    for t in range(n_tok):
+        quantize_row_q8_0(x[t], xq[t], xd[t], xd[t], False)
+    out = np.empty((t_pad, n_pad), np.float32)
+    strip = n_kb * B_TILE
+    for nt in range(n_pad // SPAN):
+        w0 = wq.ctypes.data + 2 * nt * strip
+        d0 = wd.ctypes.data + 2 * nt * n_kb * 64
+        for mt in range(t_pad // SPAN):
+            q8_tile(xq.ctypes.data + mt * SPAN * n_cols, n_cols, xd.ctypes.data + mt * SPAN * n_kb * 4,
+                    n_kb * 4, w0, d0, out.ctypes.data + (mt * SPAN * n_pad + nt * SPAN) * 4, n_pad * 4, n_kb)
+    return out[:n_tok, :n_rows]
+
+
+def q8_matmul_ref(x, raw, n_rows, n_cols):
+    """float64 reference: x quantised to Q8_0 as ggml does, times the dequantised weights."""
+    n_kb = n_cols // BLOCK
+    xq = np.zeros(x.shape, np.int8)
+    xd = np.zeros((len(x), n_kb), np.float32)
+    for t in range(len(x)):
+        quantize_row_q8_0(x[t], xq[t], xd[t], xd[t], False)
+    blocks = np.asarray(raw, np.uint8).reshape(n_rows, n_kb, 2 + BLOCK)
+    w = blocks[:, :, 2:].view(np.int8).astype(np.float64)
+    dw = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16)[:, :, 0].astype(np.float64)
+    xs = xq.reshape(len(x), n_kb, BLOCK).astype(np.float64)
+    sums = np.einsum("tkb,nkb->tnk", xs, w)                      # exact block sums
+    return np.einsum("tnk,tk,nk->tn", sums, xd.astype(np.float64), dw)
