@@ -12,60 +12,24 @@ scratch tile; the driver turns each block's column of sums around and applies th
 zero-point terms, the bias and the scale (and the resblock's skip Add) as it stores the
 float32 output, so the int32 sums never go to memory.
 
-The OS hands out the tile state on request (arch_prctl ARCH_REQ_XCOMP_PERM); AMX is used
-only where that succeeds, and each call loads its tile configuration and releases the tiles
-after, since numba's worker threads run the tiles in turn. DASLLAMA_AMX=0 turns them off
-(the VNNI tiles run instead: for A/B timing, or a host whose AMX is slow).
+The tile grant, its configuration and `DASLLAMA_AMX=0` are kernels/amx.py's.
 """
-import ctypes
-import os
-import platform
-
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange
 from numba.extending import intrinsic
 
-from ..cpu import llvm_has
-from ..ir import I8, I16, I32, I64, Gen, i64_call, vec
+from .. import amx as shared
+from ..ir import I8, I32, I64, Gen, i64_call, vec
 from ..quants import JIT
 from ..simd import _loop
 
 QUADS = 16                  # quads of the summed axis a tile covers: 64 bytes a row
 TILE = 16                   # rows (output channels) and columns (positions) of a C tile
-_ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
-
-
-def _request_tiles():
-    """Ask Linux for the AMX tile data state; False where that is refused or not Linux x86."""
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-AMX = os.environ.get("DASLLAMA_AMX", "1") != "0" and llvm_has("amx-tile", "amx-int8") and _request_tiles()
+AMX = shared.INT8
 
 PAR = dict(JIT, parallel=True)
 _tiles = {}
-
-
-def _config(g, rows_per_tile):
-    """ldtilecfg of palette 1 with every tile `rows_per_tile` x 64 bytes."""
-    b = g.b
-    cfg = b.alloca(ir.ArrayType(I8, 64))
-    cfg.align = 64
-    p = b.bitcast(cfg, I8.as_pointer())
-    for i in range(64):
-        b.store(g.c(I8, 0), g.at(p, i))
-    b.store(g.c(I8, 1), g.at(p, 0))
-    for t in range(8):
-        b.store(g.c(I16, 64), b.bitcast(g.at(p, 16 + 2 * t), I16.as_pointer()))
-        b.store(g.c(I8, rows_per_tile), g.at(p, 48 + t))
-    g.intr("llvm.x86.ldtilecfg", ir.VoidType(), [p])
 
 
 def amx_tile(m_tiles, n_tiles):
@@ -85,7 +49,7 @@ def amx_tile(m_tiles, n_tiles):
         g = Gen(b)
         a_addr, a_rs, b_addr, b_blk, c_addr, n_kb, n_taps, a_tap = args
         a_p, b_p, c_p = (b.inttoptr(v, I8.as_pointer()) for v in (a_addr, b_addr, c_addr))
-        _config(g, TILE)
+        shared.configure(g)
         void = ir.VoidType()
         c_tile = lambda i, j: g.c(I8, i * n_tiles + j)
         a_tile = lambda i: g.c(I8, m_tiles * n_tiles + i)
