@@ -8,8 +8,9 @@ Every weight product runs on dasllama's matmul kernels in the file's type (F16, 
 quantised format such as a Q8_0 mmproj's), so x is rounded or quantised as ggml does it; a
 quantised matrix multiplies through the copy the LLM's prefill takes (kernels/rowgroups.py:
 Q8_0 rows in groups of 16, VNNI int8 dots), bit for bit the file's kernels' result, except
-a Q8_0 matrix where the OS grants AMX: it runs on AMX-INT8 tiles (kernels/amx_tower.py: the
-same exact block sums, folded in another order, ~3x faster); the attention products are float32 BLAS tiles on a thread pool,
+where the OS grants AMX: a Q8_0 matrix runs on AMX-INT8 tiles (kernels/amx_tower.py: the
+same exact block sums, folded in another order, ~3x faster), an F16 one on AMX-BF16 tiles (x
+rounded to f16 as ggml does, each f16 two bf16 parts, 2^-18 of a product); the attention products are float32 BLAS tiles on a thread pool,
 as the Whisper encoder's are. The products too are shared out on that pool, in row blocks, each
 with numba single-threaded: once a text model has run, numba's parallel regions run on libgomp
 (core.runtime.threads.DECODE_LAYERS), and a (1500, 2048) F16 product took 0.75 s there against
@@ -49,10 +50,13 @@ class Weight:
         self.bias = bias
         self.pool = None
         self.amx = None          # (wq, wd): a Q8_0 matrix's AMX-INT8 tiles, where AMX is granted
-        if qtype == q8_0.ID and amx_tower.AMX:
+        self.amx_f16 = None      # an F16 matrix's bf16 parts, where AMX-BF16 is granted
+        if qtype == q8_0.ID and amx_tower.INT8:
             self.amx = amx_tower.pack_q8_0(self.raw, self.n_rows, self.n_cols)
             self.copy_layout, self.copy, self.copy_min = None, None, 0
             return
+        if qtype == F16 and amx_tower.BF16:
+            self.amx_f16 = amx_tower.pack_f16(rows)
         self.copy_layout, self.copy, self.copy_min = batch_copy(qtype, self.raw, self.n_rows, self.n_cols)
 
     def __call__(self, x):                                   # (T, n_cols) -> (T, n_rows)
@@ -68,6 +72,8 @@ class Weight:
     def _product(self, x):
         if self.amx is not None:
             return amx_tower.q8_matmul(np.ascontiguousarray(x), *self.amx, self.n_rows)
+        if self.amx_f16 is not None:
+            return amx_tower.f16_matmul(x, self.amx_f16, self.n_rows)
         if self.copy is not None and len(x) >= self.copy_min:
             return matmul_f32(self.copy_layout, self.copy, self.n_rows, self.n_cols, x)
         return matmul_f32(self.qtype, self.raw, self.n_rows, self.n_cols, x)
