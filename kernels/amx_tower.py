@@ -25,6 +25,8 @@ product on a (128, 1152) x (1152, 3456), where the exact passes give 2.2e-7.
 The tile state is granted by the OS on request (kernels/amx.py: INT8, BF16; DASLLAMA_AMX=0
 off); each call loads its own tile configuration and releases the tiles after.
 """
+import threading
+
 import numpy as np
 from llvmlite import ir
 from numba import njit
@@ -34,6 +36,8 @@ from .actq import quantize_row_q8_0, round_f16
 from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, vec
 from .quants import JIT
 from .simd import _loop
+from .ops import row_max
+from .speech.encoder_ops import exp_nonpositive
 from . import amx
 
 INT8, BF16 = amx.INT8, amx.BF16
@@ -271,3 +275,157 @@ def f16_matmul(x, bp, n_rows, passes=F16_PASSES):
 def f16_matmul_ref(x, rows):
     """float64 reference: x rounded to f16 times the F16 rows' transpose."""
     return x.astype(np.float16).astype(np.float64) @ np.asarray(rows, np.float64).T
+
+
+# --- attention on the bf16 tiles -------------------------------------------------------------
+
+ATT_PASSES = ((0, 0), (1, 0), (0, 1))   # hi.hi + lo.hi + hi.lo: 2^-17 of a product
+Q_TILE = 128                            # queries a job
+KEY_BLOCK = 512                         # keys a step: the block's scores, exps and k, v tiles stay in L2
+
+
+def pad32(n):
+    return (n + 31) // 32 * 32
+
+
+@njit(**JIT)
+def pack_b(m, out):
+    """out (2, N' / 32, K' / 32, 2, 16, 16, 2) uint16 <- the two bf16 parts of m (K, N) (any
+    strides) as the bf16 GEMM's B tiles: [q, jb, kb, j, r, n, e] = part q of
+    m[32 kb + 2 r + e, 32 jb + 16 j + n]; the padding is left as it is (zeros)."""
+    k_n, n_n = m.shape
+    for k in range(k_n):
+        kb, r, e = k // 32, (k % 32) // 2, k % 2
+        for n in range(n_n):
+            jb, j, c = n // 32, (n % 32) // 16, n % 16
+            v = m[k, n]
+            h = amx.bf16_round(v)
+            out[0, jb, kb, j, r, c, e] = h
+            out[1, jb, kb, j, r, c, e] = amx.bf16_round(v - amx.bf16_value(h))
+
+
+@njit(**JIT)
+def pack_a(m, out):
+    """out (2, M', K') uint16 <- the two bf16 parts of m (M, K) (any strides), row-major."""
+    for i in range(m.shape[0]):
+        for k in range(m.shape[1]):
+            v = m[i, k]
+            h = amx.bf16_round(v)
+            out[0, i, k] = h
+            out[1, i, k] = amx.bf16_round(v - amx.bf16_value(h))
+
+
+@njit(**JIT, fastmath={"reassoc", "contract"})
+def online_softmax(s, n, p, m, l, o):
+    """One key block of the online softmax: s (R, K') the block's scores (the first n real),
+    m (R,) the rows' running maxima, l (R,) their sums of exps, o (R, d') the exp-weighted sums
+    of values so far. A row whose maximum grows rescales its l and o by e^(old - new); p (2, R,
+    K') <- the bf16 parts of e^(s - max) (zeros past n), l += their sum."""
+    for t in range(s.shape[0]):
+        row = s[t]
+        mx = row_max(row, 0, n)
+        if mx > m[t]:
+            alpha = exp_nonpositive(m[t] - mx) if l[t] > 0 else np.float32(0.0)
+            m[t] = mx
+            l[t] *= alpha
+            for c in range(o.shape[1]):
+                o[t, c] *= alpha
+        mt = m[t]
+        total = np.float32(0.0)
+        for k in range(n):                   # two plain loops: numba vectorises each
+            e = exp_nonpositive(row[k] - mt)
+            row[k] = e
+            total += e
+        hi, lo = p[0, t], p[1, t]
+        for k in range(n):
+            h = amx.bf16_round(row[k])
+            hi[k] = h
+            lo[k] = amx.bf16_round(row[k] - amx.bf16_value(h))
+        for k in range(n, s.shape[1]):
+            hi[k] = 0
+            lo[k] = 0
+        l[t] += total
+
+
+def _attention_kernels():
+    gemm = amx.bf16_gemm(2, 2, ATT_PASSES)
+
+    @njit(**JIT)
+    def pack_head(q_t, k_t, v_t, qp, kp, vp):
+        """One head's q (d, T), k, v (rows of the transposed projections) into their tiles."""
+        pack_a(q_t.T, qp)
+        pack_b(k_t, kp)
+        pack_b(v_t.T, vp)
+
+    @njit(**JIT)
+    def tile(qp, kp, vp, t0, n_tok, out, s, p, o, m, l):
+        """out (Q_TILE', d) <- softmax(q k^T) v of the queries from t0 (out's rows) on the head
+        packed in qp (2, T', d'), kp (B tiles of k (d, T)), vp (B tiles of v^T (T, d)), a key
+        block at a time (online softmax, as flash attention); the scratch of the caller's
+        thread: s (Q_TILE, KEY_BLOCK) scores, p (2, Q_TILE, KEY_BLOCK) their exps' bf16
+        parts, o (Q_TILE, d'), m, l (Q_TILE,)."""
+        d_pad = qp.shape[2]
+        n_kt = kp.shape[1]                                          # 32-key blocks
+        n_q, d = out.shape
+        n_kd = d_pad // 32
+        q_rs, s_rs, p_rs, o_rs = d_pad * 2, KEY_BLOCK * 4, KEY_BLOCK * 2, d_pad * 4
+        o[:] = 0
+        m[:] = -np.inf
+        l[:] = 0
+        for k0 in range(0, n_tok, KEY_BLOCK):
+            nk = min(KEY_BLOCK, n_tok - k0)
+            nb = (nk + 31) // 32
+            s[:] = 0
+            for i in range(0, Q_TILE, 32):
+                gemm(qp.ctypes.data + (t0 + i) * q_rs, q_rs, 64, qp.shape[1] * q_rs, 0,
+                     kp.ctypes.data + (k0 // 32) * n_kd * 2048, 64, 2048, 1024, n_kt * n_kd * 2048, 0, n_kd * 2048,
+                     s.ctypes.data + i * s_rs, s_rs, 128, n_kd, 1, nb)
+            online_softmax(s, nk, p, m, l, o)
+            for i in range(0, Q_TILE, 32):
+                gemm(p.ctypes.data + i * p_rs, p_rs, 64, Q_TILE * p_rs, 0,
+                     vp.ctypes.data + (k0 // 32) * 2048, 64, 2048, 1024, n_kd * n_kt * 2048, 0, n_kt * 2048,
+                     o.ctypes.data + i * o_rs, o_rs, 128, nb, 1, n_kd)
+        for t in range(n_q):
+            for c in range(d):
+                out[t, c] = o[t, c] / l[t]
+
+    return pack_head, tile
+
+
+_att = []
+_scratch = threading.local()
+
+
+def attention(qkv_t, n_head, pool):
+    """encoder_attention's result on the bf16 tiles: qkv_t (3 n, T) rows q | k | v, q scaled
+    and k, v rounded to f16 already (exactly two bf16 parts each; q is split to 2^-17), the
+    exps of the scores split likewise: each product to 2^-17, float32 sums. -> o (T, n)."""
+    if not _att:
+        _att.extend(_attention_kernels())
+    pack_head, tile = _att
+    n3, n_tok = qkv_t.shape
+    n = n3 // 3
+    d = n // n_head
+    t_pad, d_pad = pad32(n_tok) + Q_TILE, pad32(d)        # queries past T read zero rows
+    heads = [(np.zeros((2, t_pad, d_pad), np.uint16),
+              np.zeros((2, pad32(n_tok) // 32, d_pad // 32, 2, 16, 16, 2), np.uint16),
+              np.zeros((2, d_pad // 32, pad32(n_tok) // 32, 2, 16, 16, 2), np.uint16)) for _ in range(n_head)]
+
+    def pack(h):
+        pack_head(*(qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3)), *heads[h])
+
+    list(pool.map(pack, range(n_head)))
+    out = np.empty((n_tok, n), np.float32)
+
+    def job(hj):
+        h, t0 = hj
+        shape = (pad32(n_tok), d_pad)
+        if getattr(_scratch, "shape", None) != shape:     # a thread's buffers, kept for the next call
+            _scratch.shape = shape
+            _scratch.bufs = (np.zeros((Q_TILE, KEY_BLOCK), np.float32), np.zeros((2, Q_TILE, KEY_BLOCK), np.uint16),
+                             np.zeros((Q_TILE, d_pad), np.float32), np.zeros(Q_TILE, np.float32),
+                             np.zeros(Q_TILE, np.float32))
+        tile(*heads[h], t0, n_tok, out[t0:min(n_tok, t0 + Q_TILE), h * d:(h + 1) * d], *_scratch.bufs)
+
+    list(pool.map(job, [(h, t0) for h in range(n_head) for t0 in range(0, n_tok, Q_TILE)]))
+    return out

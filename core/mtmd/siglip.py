@@ -10,8 +10,10 @@ quantised matrix multiplies through the copy the LLM's prefill takes (kernels/ro
 Q8_0 rows in groups of 16, VNNI int8 dots), bit for bit the file's kernels' result, except
 where the OS grants AMX: a Q8_0 matrix runs on AMX-INT8 tiles (kernels/amx_tower.py: the
 same exact block sums, folded in another order, ~3x faster), an F16 one on AMX-BF16 tiles (x
-rounded to f16 as ggml does, each f16 two bf16 parts, 2^-18 of a product); the attention products are float32 BLAS tiles on a thread pool,
-as the Whisper encoder's are. The products too are shared out on that pool, in row blocks, each
+rounded to f16 as ggml does, each f16 two bf16 parts, 2^-18 of a product) and the attention
+on AMX-BF16 too (kernels/amx_tower.attention: key blocks with an online softmax, 2^-17 a
+product). Elsewhere the attention products are float32 BLAS tiles on a thread pool, as the
+Whisper encoder's are. The products too are shared out on that pool, in row blocks, each
 with numba single-threaded: once a text model has run, numba's parallel regions run on libgomp
 (core.runtime.threads.DECODE_LAYERS), and a (1500, 2048) F16 product took 0.75 s there against
 0.085 s in row blocks on 2 threads (measured here, 2026-12-06, a loaded machine).
@@ -172,6 +174,8 @@ class PreNormTower:
         qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
         qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
         self._on_rows(round_rows_f16, qkv_t[n:])               # libmtmd's flash attention casts K, V to f16
+        if amx_tower.BF16:                                     # the same on bf16 tiles, 2^-17 a product
+            return amx_tower.attention(qkv_t, self.hparams.n_head, self.pool)
         return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
 
 
