@@ -280,6 +280,7 @@ def f16_matmul_ref(x, rows):
 # --- attention on the bf16 tiles -------------------------------------------------------------
 
 ATT_PASSES = ((0, 0), (1, 0), (0, 1))   # hi.hi + lo.hi + hi.lo: 2^-17 of a product
+PV_PASSES = ATT_PASSES                  # exps x values; ((0, 0), (0, 1)): the exps' hi part only
 Q_TILE = 128                            # queries a job
 KEY_BLOCK = 512                         # keys a step: the block's scores, exps and k, v tiles stay in L2
 
@@ -290,18 +291,17 @@ def pad32(n):
 
 @njit(**JIT)
 def pack_b(m, out):
-    """out (2, N' / 32, K' / 32, 2, 16, 16, 2) uint16 <- the two bf16 parts of m (K, N) (any
-    strides) as the bf16 GEMM's B tiles: [q, jb, kb, j, r, n, e] = part q of
-    m[32 kb + 2 r + e, 32 jb + 16 j + n]; the padding is left as it is (zeros)."""
+    """out (2, N' / 16, K' / 32, 16, 16, 2) uint16 <- the two bf16 parts of m (K, N) (any
+    strides) as the bf16 GEMM's B tiles, a 16-column strip's tiles contiguous: [q, t, kb, r,
+    n, e] = part q of m[32 kb + 2 r + e, 16 t + n]; the padding is left as it is (zeros)."""
     k_n, n_n = m.shape
     for k in range(k_n):
         kb, r, e = k // 32, (k % 32) // 2, k % 2
         for n in range(n_n):
-            jb, j, c = n // 32, (n % 32) // 16, n % 16
             v = m[k, n]
             h = amx.bf16_round(v)
-            out[0, jb, kb, j, r, c, e] = h
-            out[1, jb, kb, j, r, c, e] = amx.bf16_round(v - amx.bf16_value(h))
+            out[0, n // 16, kb, r, n % 16, e] = h
+            out[1, n // 16, kb, r, n % 16, e] = amx.bf16_round(v - amx.bf16_value(h))
 
 
 @njit(**JIT)
@@ -316,7 +316,7 @@ def pack_a(m, out):
 
 
 @njit(**JIT, fastmath={"reassoc", "contract"})
-def online_softmax(s, n, p, m, l, o):
+def online_softmax(s, n, p, m, l, o, with_lo):
     """One key block of the online softmax: s (R, K') the block's scores (the first n real),
     m (R,) the rows' running maxima, l (R,) their sums of exps, o (R, d') the exp-weighted sums
     of values so far. A row whose maximum grows rescales its l and o by e^(old - new); p (2, R,
@@ -337,18 +337,26 @@ def online_softmax(s, n, p, m, l, o):
             row[k] = e
             total += e
         hi, lo = p[0, t], p[1, t]
-        for k in range(n):
-            h = amx.bf16_round(row[k])
-            hi[k] = h
-            lo[k] = amx.bf16_round(row[k] - amx.bf16_value(h))
+        if with_lo:
+            for k in range(n):
+                h = amx.bf16_round(row[k])
+                hi[k] = h
+                lo[k] = amx.bf16_round(row[k] - amx.bf16_value(h))
+        else:
+            for k in range(n):
+                hi[k] = amx.bf16_round(row[k])
         for k in range(n, s.shape[1]):
             hi[k] = 0
             lo[k] = 0
         l[t] += total
 
 
-def _attention_kernels():
-    gemm = amx.bf16_gemm(2, 2, ATT_PASSES)
+def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
+    qk_gemm = amx.bf16_gemm(*qk_tiles, ATT_PASSES)
+    pv_gemm = amx.bf16_gemm(*pv_tiles, pv_passes)
+    with_lo = amx.n_parts(pv_passes) > 1
+    qk_m, qk_n = qk_tiles
+    pv_m, pv_n = pv_tiles
 
     @njit(**JIT)
     def pack_head(q_t, k_t, v_t, qp, kp, vp):
@@ -365,9 +373,9 @@ def _attention_kernels():
         thread: s (Q_TILE, KEY_BLOCK) scores, p (2, Q_TILE, KEY_BLOCK) their exps' bf16
         parts, o (Q_TILE, d'), m, l (Q_TILE,)."""
         d_pad = qp.shape[2]
-        n_kt = kp.shape[1]                                          # 32-key blocks
         n_q, d = out.shape
-        n_kd = d_pad // 32
+        n_kd, n_kt = d_pad // 32, vp.shape[2]                          # 32-blocks of d, of keys
+        k_strip, v_strip = n_kd * 1024, n_kt * 1024                      # a 16-column strip of B
         q_rs, s_rs, p_rs, o_rs = d_pad * 2, KEY_BLOCK * 4, KEY_BLOCK * 2, d_pad * 4
         o[:] = 0
         m[:] = -np.inf
@@ -376,15 +384,15 @@ def _attention_kernels():
             nk = min(KEY_BLOCK, n_tok - k0)
             nb = (nk + 31) // 32
             s[:] = 0
-            for i in range(0, Q_TILE, 32):
-                gemm(qp.ctypes.data + (t0 + i) * q_rs, q_rs, 64, qp.shape[1] * q_rs, 0,
-                     kp.ctypes.data + (k0 // 32) * n_kd * 2048, 64, 2048, 1024, n_kt * n_kd * 2048, 0, n_kd * 2048,
-                     s.ctypes.data + i * s_rs, s_rs, 128, n_kd, 1, nb)
-            online_softmax(s, nk, p, m, l, o)
-            for i in range(0, Q_TILE, 32):
-                gemm(p.ctypes.data + i * p_rs, p_rs, 64, Q_TILE * p_rs, 0,
-                     vp.ctypes.data + (k0 // 32) * 2048, 64, 2048, 1024, n_kd * n_kt * 2048, 0, n_kt * 2048,
-                     o.ctypes.data + i * o_rs, o_rs, 128, nb, 1, n_kd)
+            for i in range(0, Q_TILE, 16 * qk_m):
+                qk_gemm(qp.ctypes.data + (t0 + i) * q_rs, q_rs, 64, qp.shape[1] * q_rs, 0,
+                        kp.ctypes.data + (k0 // 16) * k_strip, 64, 1024, k_strip, kp.shape[1] * k_strip, 0,
+                        qk_n * k_strip, s.ctypes.data + i * s_rs, s_rs, 64 * qk_n, n_kd, 1, nb * 2 // qk_n)
+            online_softmax(s, nk, p, m, l, o, with_lo)
+            for i in range(0, Q_TILE, 16 * pv_m):
+                pv_gemm(p.ctypes.data + i * p_rs, p_rs, 64, Q_TILE * p_rs, 0,
+                        vp.ctypes.data + (k0 // 32) * 1024, 64, 1024, v_strip, vp.shape[1] * v_strip, 0,
+                        pv_n * v_strip, o.ctypes.data + i * o_rs, o_rs, 64 * pv_n, nb, 1, d_pad // (16 * pv_n))
         for t in range(n_q):
             for c in range(d):
                 out[t, c] = o[t, c] / l[t]
@@ -392,24 +400,27 @@ def _attention_kernels():
     return pack_head, tile
 
 
-_att = []
+QK_TILES = (2, 2)           # C tiles (rows, columns) of a call: the scores'
+PV_TILES = (2, 2)           # and the values'
+_att = {}
 _scratch = threading.local()
 
 
-def attention(qkv_t, n_head, pool):
+def attention(qkv_t, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=None):
     """encoder_attention's result on the bf16 tiles: qkv_t (3 n, T) rows q | k | v, q scaled
     and k, v rounded to f16 already (exactly two bf16 parts each; q is split to 2^-17), the
     exps of the scores split likewise: each product to 2^-17, float32 sums. -> o (T, n)."""
-    if not _att:
-        _att.extend(_attention_kernels())
-    pack_head, tile = _att
+    key = (tuple(pv_passes), qk_tiles or QK_TILES, pv_tiles or PV_TILES)
+    if key not in _att:
+        _att[key] = _attention_kernels(*key)
+    pack_head, tile = _att[key]
     n3, n_tok = qkv_t.shape
     n = n3 // 3
     d = n // n_head
     t_pad, d_pad = pad32(n_tok) + Q_TILE, pad32(d)        # queries past T read zero rows
     heads = [(np.zeros((2, t_pad, d_pad), np.uint16),
-              np.zeros((2, pad32(n_tok) // 32, d_pad // 32, 2, 16, 16, 2), np.uint16),
-              np.zeros((2, d_pad // 32, pad32(n_tok) // 32, 2, 16, 16, 2), np.uint16)) for _ in range(n_head)]
+              np.zeros((2, pad32(n_tok) // 16, d_pad // 32, 16, 16, 2), np.uint16),
+              np.zeros((2, d_pad // 16, pad32(n_tok) // 32, 16, 16, 2), np.uint16)) for _ in range(n_head)]
 
     def pack(h):
         pack_head(*(qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3)), *heads[h])
