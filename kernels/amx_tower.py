@@ -32,13 +32,13 @@ from llvmlite import ir
 from numba import njit
 from numba.extending import intrinsic
 
+from . import amx
 from .actq import quantize_row_q8_0, round_f16
 from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, vec
+from .ops import row_max
 from .quants import JIT
 from .simd import _loop
-from .ops import row_max
 from .speech.encoder_ops import exp_nonpositive
-from . import amx
 
 INT8, BF16 = amx.INT8, amx.BF16
 F16_EXACT = ((0, 0), (1, 0), (1, 1), (0, 1))    # the f16 products exactly: see the docstring
@@ -289,32 +289,6 @@ def pad32(n):
     return (n + 31) // 32 * 32
 
 
-@njit(**JIT)
-def pack_b(m, out):
-    """out (2, N' / 16, K' / 32, 16, 16, 2) uint16 <- the two bf16 parts of m (K, N) (any
-    strides) as the bf16 GEMM's B tiles, a 16-column strip's tiles contiguous: [q, t, kb, r,
-    n, e] = part q of m[32 kb + 2 r + e, 16 t + n]; the padding is left as it is (zeros)."""
-    k_n, n_n = m.shape
-    for k in range(k_n):
-        kb, r, e = k // 32, (k % 32) // 2, k % 2
-        for n in range(n_n):
-            v = m[k, n]
-            h = amx.bf16_round(v)
-            out[0, n // 16, kb, r, n % 16, e] = h
-            out[1, n // 16, kb, r, n % 16, e] = amx.bf16_round(v - amx.bf16_value(h))
-
-
-@njit(**JIT)
-def pack_a(m, out):
-    """out (2, M', K') uint16 <- the two bf16 parts of m (M, K) (any strides), row-major."""
-    for i in range(m.shape[0]):
-        for k in range(m.shape[1]):
-            v = m[i, k]
-            h = amx.bf16_round(v)
-            out[0, i, k] = h
-            out[1, i, k] = amx.bf16_round(v - amx.bf16_value(h))
-
-
 @njit(**JIT, fastmath={"reassoc", "contract"})
 def online_softmax(s, n, p, m, l, o, with_lo):
     """One key block of the online softmax: s (R, K') the block's scores (the first n real),
@@ -359,11 +333,31 @@ def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
     pv_m, pv_n = pv_tiles
 
     @njit(**JIT)
-    def pack_head(q_t, k_t, v_t, qp, kp, vp):
-        """One head's q (d, T), k, v (rows of the transposed projections) into their tiles."""
-        pack_a(q_t.T, qp)
-        pack_b(k_t, kp)
-        pack_b(v_t.T, vp)
+    def pack_head(qkv, h, d, scale, qp, kp, vp):
+        """Head h (width d) of the projections qkv (T, 3 n), q | k | v, into its tiles: q
+        times scale (float32, as the BLAS path scales it) in two bf16 parts, qp (2, T', d')
+        row-major; k and v rounded to f16 as libmtmd's flash attention casts them, in their
+        two exact parts, as the GEMM's B tiles of k^T (d, T) and of v (T, d), a 16-column
+        strip's tiles contiguous: kp, vp (2, N' / 16, K' / 32, 16, 16, 2), [q, t, kb, r, c, e]
+        = part q of B[32 kb + 2 r + e, 16 t + c]. One pass over the head's columns instead of
+        a transpose, a scaling and a rounding pass over all of qkv."""
+        n = qkv.shape[1] // 3
+        for t in range(qkv.shape[0]):
+            row = qkv[t]
+            tb, tr, te, tt, tn = t // 32, (t % 32) // 2, t % 2, t // 16, t % 16
+            for c in range(d):
+                v = row[h * d + c] * scale
+                hi = amx.bf16_round(v)
+                qp[0, t, c] = hi
+                qp[1, t, c] = amx.bf16_round(v - amx.bf16_value(hi))
+                v = round_f16(row[n + h * d + c])
+                hi = amx.bf16_round(v)
+                kp[0, tt, c // 32, (c % 32) // 2, tn, c % 2] = hi
+                kp[1, tt, c // 32, (c % 32) // 2, tn, c % 2] = amx.bf16_round(v - amx.bf16_value(hi))
+                v = round_f16(row[2 * n + h * d + c])
+                hi = amx.bf16_round(v)
+                vp[0, c // 16, tb, tr, c % 16, te] = hi
+                vp[1, c // 16, tb, tr, c % 16, te] = amx.bf16_round(v - amx.bf16_value(hi))
 
     @njit(**JIT)
     def tile(qp, kp, vp, t0, n_tok, out, s, p, o, m, l):
@@ -406,33 +400,31 @@ _att = {}
 _scratch = threading.local()
 
 
-def attention(qkv_t, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=None):
-    """encoder_attention's result on the bf16 tiles: qkv_t (3 n, T) rows q | k | v, q scaled
-    and k, v rounded to f16 already (exactly two bf16 parts each; q is split to 2^-17), the
-    exps of the scores split likewise: each product to 2^-17, float32 sums. -> o (T, n)."""
+def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=None):
+    """encoder_attention's result on the bf16 tiles, from the projections qkv (T, 3 n), rows
+    q | k | v unscaled: q scaled by 1/sqrt(d) and split in two bf16 parts (2^-17), k and v
+    rounded to f16 (exactly two parts each), the exps of the scores split likewise: each
+    product to 2^-17, float32 sums. -> o (T, n)."""
     key = (tuple(pv_passes), qk_tiles or QK_TILES, pv_tiles or PV_TILES)
     if key not in _att:
         _att[key] = _attention_kernels(*key)
     pack_head, tile = _att[key]
-    n3, n_tok = qkv_t.shape
+    n_tok, n3 = qkv.shape
     n = n3 // 3
     d = n // n_head
+    scale = np.float32(1.0 / np.sqrt(d))
     t_pad, d_pad = pad32(n_tok) + Q_TILE, pad32(d)        # queries past T read zero rows
     heads = [(np.zeros((2, t_pad, d_pad), np.uint16),
               np.zeros((2, pad32(n_tok) // 16, d_pad // 32, 16, 16, 2), np.uint16),
               np.zeros((2, d_pad // 16, pad32(n_tok) // 32, 16, 16, 2), np.uint16)) for _ in range(n_head)]
-
-    def pack(h):
-        pack_head(*(qkv_t[part * n + h * d:part * n + (h + 1) * d] for part in range(3)), *heads[h])
-
-    list(pool.map(pack, range(n_head)))
+    qkv = np.ascontiguousarray(qkv)
+    list(pool.map(lambda h: pack_head(qkv, h, d, scale, *heads[h]), range(n_head)))
     out = np.empty((n_tok, n), np.float32)
 
     def job(hj):
         h, t0 = hj
-        shape = (pad32(n_tok), d_pad)
-        if getattr(_scratch, "shape", None) != shape:     # a thread's buffers, kept for the next call
-            _scratch.shape = shape
+        if getattr(_scratch, "d_pad", None) != d_pad:      # a thread's buffers, kept for the next call
+            _scratch.d_pad = d_pad
             _scratch.bufs = (np.zeros((Q_TILE, KEY_BLOCK), np.float32), np.zeros((2, Q_TILE, KEY_BLOCK), np.uint16),
                              np.zeros((Q_TILE, d_pad), np.float32), np.zeros(Q_TILE, np.float32),
                              np.zeros(Q_TILE, np.float32))

@@ -170,12 +170,12 @@ class PreNormTower:
 
     def _attention(self, qkv):                                # (T, 3 n) -> (T, n)
         """Non-causal softmax(q k^T / sqrt(d)) v per head, in (head, query chunk) tiles."""
+        if amx_tower.BF16:         # the same on bf16 tiles (2^-17 a product), from qkv as it is
+            return amx_tower.attention(qkv, self.hparams.n_head, self.pool)
         n = qkv.shape[1] // 3
         qkv_t = np.ascontiguousarray(qkv.T)                    # (3 n, T): a head is a row block
         qkv_t[:n] *= np.float32(1.0 / np.sqrt(n // self.hparams.n_head))
         self._on_rows(round_rows_f16, qkv_t[n:])               # libmtmd's flash attention casts K, V to f16
-        if amx_tower.BF16:                                     # the same on bf16 tiles, 2^-17 a product
-            return amx_tower.attention(qkv_t, self.hparams.n_head, self.pool)
         return encoder_attention(qkv_t, self.hparams.n_head, self.pool, Q_CHUNK)
 
 

@@ -69,11 +69,12 @@ def test_attention_on_bf16_tiles_matches_reference(n_tok, d, n_head):
     scores off by ~2^-17 of sum |q k|, measured 1e-6-2e-5 relative at these scales."""
     from concurrent.futures import ThreadPoolExecutor
     rng = np.random.default_rng(n_tok)
-    qkv_t = (rng.standard_normal((3 * n_head * d, n_tok)) * 2).astype(np.float32)
-    qkv_t[:n_head * d] /= np.sqrt(d)                  # q scaled, as the towers pass it
-    qkv_t[n_head * d:] = qkv_t[n_head * d:].astype(np.float16)
+    qkv = (rng.standard_normal((n_tok, 3 * n_head * d)) * 2).astype(np.float32)
     with ThreadPoolExecutor(2) as pool:
-        y = amx_tower.attention(qkv_t, n_head, pool)
+        y = amx_tower.attention(qkv, n_head, pool)
+    qkv_t = np.ascontiguousarray(qkv.T)               # as the BLAS path takes it: q scaled, k, v f16
+    qkv_t[:n_head * d] *= np.float32(1 / np.sqrt(d))
+    qkv_t[n_head * d:] = qkv_t[n_head * d:].astype(np.float16)
     ref = attention_ref(qkv_t, n_head)
     assert y.shape == ref.shape
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 5e-5
