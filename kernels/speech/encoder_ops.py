@@ -122,6 +122,25 @@ def conv3_windows(x, stride):
     return np.ascontiguousarray(win).reshape(n_out, c_in * 3)
 
 
+@njit(**JIT)
+def conv3_windows_rows(x, stride):
+    """conv3_windows of x's transpose, from x (T, C_in) as the products leave it: (T_out,
+    C_in * 3), row t (channel, tap) = x[stride t + tap - 1, channel], zero past the ends; one
+    pass, without the transpose and the padded copy (15 ms of the qwen2a tower's 500, loaded)."""
+    n, c_in = x.shape
+    n_out = (n - 1) // stride + 1
+    out = np.zeros((n_out, c_in * 3), np.float32)
+    for t in range(n_out):
+        dst = out[t]
+        for k in range(3):
+            src = stride * t + k - 1
+            if 0 <= src < n:
+                row = x[src]
+                for c in range(c_in):
+                    dst[3 * c + k] = row[c]
+    return out
+
+
 @njit(**JIT, fastmath={"reassoc", "contract"})
 def layer_norm(x, w, b, eps, out):
     """out (T, n) <- (x - mean) / sqrt(var + eps) * w + b per row of x (T, n); f32 sums."""
