@@ -166,27 +166,65 @@ def pack_q8_0(raw, n_rows, n_cols):
 
 # --- the driver ------------------------------------------------------------------------------
 
+_scratch = threading.local()
+
+
+def _buffers(key, make):
+    """This thread's scratch arrays for `key`, made once by make(): a tower's products run in
+    blocks of one size on its pool, and fresh arrays each call cost page faults."""
+    bufs = getattr(_scratch, "bufs", None)
+    if bufs is None:
+        bufs = _scratch.bufs = {}
+    if key not in bufs:
+        bufs[key] = make()
+    return bufs[key]
+
+
 @njit(**JIT)
-def q8_matmul(x, wq, wd, n_rows):
-    """y (T, n_rows) float32 = x (T, K) times the packed Q8_0 matrix (pack_q8_0's), x
-    quantised to Q8_0 first; single-threaded (the tower's pool shares tokens out)."""
+def _store(tiles, out, bias):
+    """out (T, N) <- the first T x N of tiles (T', N'), plus bias (N,) where it has N."""
+    n_tok, n_rows = out.shape
+    with_bias = bias.shape[0] == n_rows
+    for t in range(n_tok):
+        for r in range(n_rows):
+            out[t, r] = tiles[t, r] + bias[r] if with_bias else tiles[t, r]
+
+
+@njit(**JIT)
+def _q8_tiles(x, wq, wd, xq, xd, tiles):
+    """tiles (T', N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
+    packed Q8_0 matrix; rows past T are the scratch's (left from before: not read back)."""
     n_tok, n_cols = x.shape
     n_kb = n_cols // BLOCK
-    t_pad = (n_tok + SPAN - 1) // SPAN * SPAN
-    n_pad = wq.shape[0] * TILE
-    xq = np.zeros((t_pad, n_cols), np.int8)
-    xd = np.zeros((t_pad, n_kb), np.float32)
+    t_pad, n_pad = tiles.shape
     for t in range(n_tok):
         quantize_row_q8_0(x[t], xq[t], xd[t], xd[t], False)
-    out = np.empty((t_pad, n_pad), np.float32)
     strip = n_kb * B_TILE
     for nt in range(n_pad // SPAN):
         w0 = wq.ctypes.data + 2 * nt * strip
         d0 = wd.ctypes.data + 2 * nt * n_kb * 64
         for mt in range(t_pad // SPAN):
             q8_tile(xq.ctypes.data + mt * SPAN * n_cols, n_cols, xd.ctypes.data + mt * SPAN * n_kb * 4,
-                    n_kb * 4, w0, d0, out.ctypes.data + (mt * SPAN * n_pad + nt * SPAN) * 4, n_pad * 4, n_kb)
-    return out[:n_tok, :n_rows]
+                    n_kb * 4, w0, d0, tiles.ctypes.data + (mt * SPAN * n_pad + nt * SPAN) * 4, n_pad * 4, n_kb)
+
+
+_NO_BIAS = np.zeros(0, np.float32)
+
+
+def q8_matmul(x, wq, wd, n_rows, out=None, bias=None):
+    """out (T, n_rows) float32 (made if None) = x (T, K) times the packed Q8_0 matrix
+    (pack_q8_0's), x quantised to Q8_0 first, + bias (n_rows,) if given; single-threaded
+    (the tower's pool shares tokens out)."""
+    x = np.ascontiguousarray(x)
+    n_tok, n_cols = x.shape
+    t_pad, n_pad = -(-n_tok // SPAN) * SPAN, wq.shape[0] * TILE
+    xq, xd, tiles = _buffers(("q8", t_pad, n_cols, n_pad), lambda: (
+        np.zeros((t_pad, n_cols), np.int8), np.zeros((t_pad, n_cols // BLOCK), np.float32),
+        np.zeros((t_pad, n_pad), np.float32)))
+    _q8_tiles(x, wq, wd, xq, xd, tiles)
+    out = np.empty((n_tok, n_rows), np.float32) if out is None else out
+    _store(tiles, out, _NO_BIAS if bias is None else bias)
+    return out
 
 
 def q8_matmul_ref(x, raw, n_rows, n_cols):
@@ -239,14 +277,13 @@ def _f16_kernel(passes):
     gemm = amx.bf16_gemm(2, 2, passes)
 
     @njit(**JIT)
-    def run(x, bp, n_rows):
-        n_tok, n_cols = x.shape
+    def run(x, bp, ap, c):
+        """c (T', N') <- x (T, K) split into ap (2, T', K') times bp; ap's columns past K stay
+        zero (the scratch is made so), its rows past T are left from before (not read back)."""
         _, n_jb, n_kb = bp.shape[:3]
-        t_pad = (n_tok + F16_SPAN - 1) // F16_SPAN * F16_SPAN
-        k_pad = n_kb * 32
-        ap = np.zeros((2, t_pad, k_pad), np.uint16)
+        t_pad, k_pad = ap.shape[1], ap.shape[2]
         split_f16_rows(x, ap)
-        c = np.zeros((t_pad, n_jb * F16_SPAN), np.float32)
+        c[:] = 0
         a_rs, c_rs = k_pad * 2, n_jb * F16_SPAN * 4
         b_ks = 2 * 1024
         b_jb = n_kb * b_ks
@@ -255,7 +292,6 @@ def _f16_kernel(passes):
                 gemm(ap.ctypes.data + i * a_rs, a_rs, 64, t_pad * a_rs, 0,
                      bp.ctypes.data + jb * b_jb, 64, b_ks, 1024, n_jb * b_jb, 0, 0,
                      c.ctypes.data + i * c_rs + jb * F16_SPAN * 4, c_rs, 0, n_kb, 1, 1)
-        return c[:n_tok, :n_rows]
 
     return run
 
@@ -263,13 +299,22 @@ def _f16_kernel(passes):
 _f16_kernels = {}
 
 
-def f16_matmul(x, bp, n_rows, passes=F16_PASSES):
-    """y (T, n_rows) float32 = x (T, K) rounded to f16 times the pack_f16 matrix bp, on the
-    bf16 tiles; single-threaded (the tower's pool shares tokens out)."""
+def f16_matmul(x, bp, n_rows, passes=F16_PASSES, out=None, bias=None):
+    """out (T, n_rows) float32 (made if None) = x (T, K) rounded to f16 times the pack_f16
+    matrix bp, on the bf16 tiles, + bias (n_rows,) if given; single-threaded (the tower's
+    pool shares tokens out)."""
     passes = tuple(passes)
     if passes not in _f16_kernels:
         _f16_kernels[passes] = _f16_kernel(passes)
-    return _f16_kernels[passes](np.ascontiguousarray(x), bp, n_rows)
+    x = np.ascontiguousarray(x)
+    t_pad = -(-len(x) // F16_SPAN) * F16_SPAN
+    k_pad, n_pad = bp.shape[2] * 32, bp.shape[1] * F16_SPAN
+    ap, c = _buffers(("f16", t_pad, k_pad, n_pad), lambda: (
+        np.zeros((2, t_pad, k_pad), np.uint16), np.zeros((t_pad, n_pad), np.float32)))
+    _f16_kernels[passes](x, bp, ap, c)
+    out = np.empty((len(x), n_rows), np.float32) if out is None else out
+    _store(c, out, _NO_BIAS if bias is None else bias)
+    return out
 
 
 def f16_matmul_ref(x, rows):
@@ -397,7 +442,6 @@ def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
 QK_TILES = (2, 2)           # C tiles (rows, columns) of a call: the scores'
 PV_TILES = (2, 2)           # and the values'
 _att = {}
-_scratch = threading.local()
 
 
 def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=None):
@@ -423,12 +467,10 @@ def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=No
 
     def job(hj):
         h, t0 = hj
-        if getattr(_scratch, "d_pad", None) != d_pad:      # a thread's buffers, kept for the next call
-            _scratch.d_pad = d_pad
-            _scratch.bufs = (np.zeros((Q_TILE, KEY_BLOCK), np.float32), np.zeros((2, Q_TILE, KEY_BLOCK), np.uint16),
-                             np.zeros((Q_TILE, d_pad), np.float32), np.zeros(Q_TILE, np.float32),
-                             np.zeros(Q_TILE, np.float32))
-        tile(*heads[h], t0, n_tok, out[t0:min(n_tok, t0 + Q_TILE), h * d:(h + 1) * d], *_scratch.bufs)
+        bufs = _buffers(("attention", d_pad), lambda: (
+            np.zeros((Q_TILE, KEY_BLOCK), np.float32), np.zeros((2, Q_TILE, KEY_BLOCK), np.uint16),
+            np.zeros((Q_TILE, d_pad), np.float32), np.zeros(Q_TILE, np.float32), np.zeros(Q_TILE, np.float32)))
+        tile(*heads[h], t0, n_tok, out[t0:min(n_tok, t0 + Q_TILE), h * d:(h + 1) * d], *bufs)
 
     list(pool.map(job, [(h, t0) for h in range(n_head) for t0 in range(0, n_tok, Q_TILE)]))
     return out

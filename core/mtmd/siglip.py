@@ -62,6 +62,8 @@ class Weight:
         self.copy_layout, self.copy, self.copy_min = batch_copy(qtype, self.raw, self.n_rows, self.n_cols)
 
     def __call__(self, x):                                   # (T, n_cols) -> (T, n_rows)
+        if self.amx is not None or self.amx_f16 is not None:
+            return self._on_tiles(x)
         if self.pool is None or len(x) <= ROW_BLOCK:
             y = self._product(x)
         else:
@@ -71,11 +73,26 @@ class Weight:
             y += self.bias
         return y
 
+    def _on_tiles(self, x):
+        """The AMX products: each block of tokens writes its rows of y, bias added."""
+        y = np.empty((len(x), self.n_rows), np.float32)
+
+        def block(t):
+            rows = slice(t, t + ROW_BLOCK)
+            if self.amx is not None:
+                amx_tower.q8_matmul(x[rows], *self.amx, self.n_rows, out=y[rows], bias=self.bias)
+            else:
+                amx_tower.f16_matmul(x[rows], self.amx_f16, self.n_rows, out=y[rows], bias=self.bias)
+
+        starts = range(0, len(x), ROW_BLOCK)
+        if self.pool is None or len(x) <= ROW_BLOCK:
+            for t in starts:
+                block(t)
+        else:
+            list(self.pool.map(block, starts))
+        return y
+
     def _product(self, x):
-        if self.amx is not None:
-            return amx_tower.q8_matmul(np.ascontiguousarray(x), *self.amx, self.n_rows)
-        if self.amx_f16 is not None:
-            return amx_tower.f16_matmul(x, self.amx_f16, self.n_rows)
         if self.copy is not None and len(x) >= self.copy_min:
             return matmul_f32(self.copy_layout, self.copy, self.n_rows, self.n_cols, x)
         return matmul_f32(self.qtype, self.raw, self.n_rows, self.n_cols, x)
