@@ -406,30 +406,31 @@ def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
 
     @njit(**JIT)
     def tile(qp, kp, vp, t0, n_tok, out, s, p, o, m, l):
-        """out (Q_TILE', d) <- softmax(q k^T) v of the queries from t0 (out's rows) on the head
+        """out (q_tile', d) <- softmax(q k^T) v of the queries from t0 (out's rows) on the head
         packed in qp (2, T', d'), kp (B tiles of k (d, T)), vp (B tiles of v^T (T, d)), a key
         block at a time (online softmax, as flash attention); the scratch of the caller's
-        thread: s (Q_TILE, KEY_BLOCK) scores, p (2, Q_TILE, KEY_BLOCK) their exps' bf16
-        parts, o (Q_TILE, d'), m, l (Q_TILE,)."""
+        thread, whose shapes set the tile: s (q_tile, key_block) scores, p (2, q_tile,
+        key_block) their exps' bf16 parts, o (q_tile, d'), m, l (q_tile,)."""
         d_pad = qp.shape[2]
         n_q, d = out.shape
         n_kd, n_kt = d_pad // 32, vp.shape[2]                          # 32-blocks of d, of keys
         k_strip, v_strip = n_kd * 1024, n_kt * 1024                      # a 16-column strip of B
-        q_rs, s_rs, p_rs, o_rs = d_pad * 2, KEY_BLOCK * 4, KEY_BLOCK * 2, d_pad * 4
+        q_tile, key_block = s.shape                                   # the scratch's sizes
+        q_rs, s_rs, p_rs, o_rs = d_pad * 2, key_block * 4, key_block * 2, d_pad * 4
         o[:] = 0
         m[:] = -np.inf
         l[:] = 0
-        for k0 in range(0, n_tok, KEY_BLOCK):
-            nk = min(KEY_BLOCK, n_tok - k0)
+        for k0 in range(0, n_tok, key_block):
+            nk = min(key_block, n_tok - k0)
             nb = (nk + 31) // 32
             s[:] = 0
-            for i in range(0, Q_TILE, 16 * qk_m):
+            for i in range(0, q_tile, 16 * qk_m):
                 qk_gemm(qp.ctypes.data + (t0 + i) * q_rs, q_rs, 64, qp.shape[1] * q_rs, 0,
                         kp.ctypes.data + (k0 // 16) * k_strip, 64, 1024, k_strip, kp.shape[1] * k_strip, 0,
                         qk_n * k_strip, s.ctypes.data + i * s_rs, s_rs, 64 * qk_n, n_kd, 1, nb * 2 // qk_n)
             online_softmax(s, nk, p, m, l, o, with_lo)
-            for i in range(0, Q_TILE, 16 * pv_m):
-                pv_gemm(p.ctypes.data + i * p_rs, p_rs, 64, Q_TILE * p_rs, 0,
+            for i in range(0, q_tile, 16 * pv_m):
+                pv_gemm(p.ctypes.data + i * p_rs, p_rs, 64, q_tile * p_rs, 0,
                         vp.ctypes.data + (k0 // 32) * 1024, 64, 1024, v_strip, vp.shape[1] * v_strip, 0,
                         pv_n * v_strip, o.ctypes.data + i * o_rs, o_rs, 64 * pv_n, nb, 1, d_pad // (16 * pv_n))
         for t in range(n_q):
@@ -444,7 +445,7 @@ PV_TILES = (2, 2)           # and the values'
 _att = {}
 
 
-def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=None):
+def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=None, q_tile=None, key_block=None):
     """encoder_attention's result on the bf16 tiles, from the projections qkv (T, 3 n), rows
     q | k | v unscaled: q scaled by 1/sqrt(d) and split in two bf16 parts (2^-17), k and v
     rounded to f16 (exactly two parts each), the exps of the scores split likewise: each
@@ -457,7 +458,8 @@ def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=No
     n = n3 // 3
     d = n // n_head
     scale = np.float32(1.0 / np.sqrt(d))
-    t_pad, d_pad = pad32(n_tok) + Q_TILE, pad32(d)        # queries past T read zero rows
+    q_tile, key_block = q_tile or Q_TILE, key_block or KEY_BLOCK
+    t_pad, d_pad = pad32(n_tok) + q_tile, pad32(d)        # queries past T read zero rows
     heads = [(np.zeros((2, t_pad, d_pad), np.uint16),
               np.zeros((2, pad32(n_tok) // 16, d_pad // 32, 16, 16, 2), np.uint16),
               np.zeros((2, d_pad // 16, pad32(n_tok) // 32, 16, 16, 2), np.uint16)) for _ in range(n_head)]
@@ -467,10 +469,10 @@ def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=No
 
     def job(hj):
         h, t0 = hj
-        bufs = _buffers(("attention", d_pad), lambda: (
-            np.zeros((Q_TILE, KEY_BLOCK), np.float32), np.zeros((2, Q_TILE, KEY_BLOCK), np.uint16),
-            np.zeros((Q_TILE, d_pad), np.float32), np.zeros(Q_TILE, np.float32), np.zeros(Q_TILE, np.float32)))
-        tile(*heads[h], t0, n_tok, out[t0:min(n_tok, t0 + Q_TILE), h * d:(h + 1) * d], *bufs)
+        bufs = _buffers(("attention", d_pad, q_tile, key_block), lambda: (
+            np.zeros((q_tile, key_block), np.float32), np.zeros((2, q_tile, key_block), np.uint16),
+            np.zeros((q_tile, d_pad), np.float32), np.zeros(q_tile, np.float32), np.zeros(q_tile, np.float32)))
+        tile(*heads[h], t0, n_tok, out[t0:min(n_tok, t0 + q_tile), h * d:(h + 1) * d], *bufs)
 
-    list(pool.map(job, [(h, t0) for h in range(n_head) for t0 in range(0, n_tok, Q_TILE)]))
+    list(pool.map(job, [(h, t0) for h in range(n_head) for t0 in range(0, n_tok, q_tile)]))
     return out
