@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dasllama.kernels import amx
 from dasllama.kernels.tts.conv import conv1d_tiled, tiled
+from dasllama.kernels.tts import conv_amx
+from dasllama.kernels.tts.conv_amx import TimeMajorTaps, out_buffer, conv_time_major, conv_transpose_time_major, polyphase_taps
 from dasllama.kernels.tts.ops import conv1d, conv_taps, conv_transpose1d, gelu, layer_norm, leaky_relu, rq_spline_inverse
 
 
@@ -35,11 +38,25 @@ class Conv:
     stride: int
     groups: int
     transpose: bool
+    time_major: TimeMajorTaps = None    # the taps split for the bf16 tiles, where AMX runs this conv
 
-    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1):
-        """residual + conv(leaky_relu(x, slope)); x (C_in, T). Dense convs run on the register
-        tiles (kernels/tts/conv.py) with the activation and the residual fused, their output
-        channels split in n_parts on `pool` when one is given."""
+    def __call__(self, x, slope=1.0, residual=None, pool=None, n_parts=1, time_major=False, out=None,
+                 accumulate=False):
+        """residual + conv(leaky_relu(x, slope)); x (C_in, T), or (T, C_in) time_major with the
+        result (T', C_out). Convs with time_major taps run on the bf16 tiles; other dense convs
+        on the register tiles (kernels/tts/conv.py) with the activation and the residual fused;
+        their work split in n_parts on `pool` when one is given. out, accumulate: time-major,
+        conv_time_major's."""
+        if self.time_major is not None:
+            if not time_major:
+                out = self(x.T, slope, None if residual is None else residual.T, pool, n_parts, True)
+                return out.T
+            if self.transpose:
+                n_out = (x.shape[0] - 1) * self.stride + self.weight.shape[2] - sum(self.pads)
+                return conv_transpose_time_major(x, self.time_major, self.stride, self.pads[0], n_out, slope,
+                                                 pool, n_parts)
+            return conv_time_major(x, self.time_major, self.pads, self.dilation, slope, residual, pool, n_parts,
+                                   out, accumulate)
         if not self.transpose and tiled(self.weight, self.groups):
             return conv1d_tiled(x, self.weight, self.bias, self.pads, self.dilation, slope, residual,
                                 pool, n_parts)
@@ -80,6 +97,19 @@ def read_convs(onnx_model):
                            pads, a.get("dilations", [1])[0], a.get("strides", [1])[0],
                            a.get("group", 1), node.op == "ConvTranspose")
     return convs
+
+
+def split_for_tiles(convs, passes, scale=1.0):
+    """Give the dense and transposed convs their time-major bf16 taps with this pass list (the
+    decoder runs on them where AMX-BF16 is granted), the weights times `scale`."""
+    for conv in convs:
+        if conv.groups != 1:
+            continue
+        if conv.transpose:
+            conv.time_major = TimeMajorTaps(polyphase_taps(conv.weight * np.float32(scale), conv.stride),
+                                            None if conv.bias is None else np.tile(conv.bias, conv.stride), passes)
+        else:
+            conv.time_major = TimeMajorTaps(conv.weight * np.float32(scale), conv.bias, passes)
 
 
 def _lookup_table(onnx_model, graph_input):
@@ -141,6 +171,14 @@ class Vits:
         self.n_ups = _count(self.convs, "dec.ups.{}")
         self.n_kernels = _count(self.convs, "dec.resblocks.{}.convs.0") // self.n_ups \
             or _count(self.convs, "dec.resblocks.{}.convs1.0") // self.n_ups
+        # HiFi-GAN time-major on AMX-BF16 tiles where granted (kernels/tts/conv_amx.py)
+        self.time_major = amx.BF16
+        if self.time_major:        # not the encoder's and duration predictor's: durations are exact
+            split_for_tiles((c for name, c in self.convs.items() if name.startswith("dec.")), conv_amx.PASSES)
+            for name in [f"dec.ups.{i}" for i in range(1, self.n_ups)] + ["dec.conv_post"]:
+                split_for_tiles([self.convs[name]], conv_amx.PASSES, 1.0 / self.n_kernels)   # resblock_sums
+            split_for_tiles((c for name, c in self.convs.items() if name.startswith(("flow.", "enc_p.", "dp."))),
+                            amx.PASSES_3)
 
     def norm(self, name, x):
         gamma, beta = self.norms[name]
@@ -264,15 +302,22 @@ class Vits:
             z = np.concatenate([z[:half], z[half:] - self.convs[p + ".post"](h, **par)])
         return z
 
-    def resblock(self, j, x):
+    def resblock(self, j, x, out=None, accumulate=False):
+        """Resblock j on x; time-major, its last conv writes into out (added to it where
+        accumulate)."""
         p = f"dec.resblocks.{j}"
+        tm = self.time_major
         if p + ".convs.0" in self.convs:                           # ResBlock2
-            for c in range(_count(self.convs, p + ".convs.{}")):
-                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x)
+            n = _count(self.convs, p + ".convs.{}")
+            for c in range(n):
+                last = {"out": out, "accumulate": accumulate} if tm and c == n - 1 else {}
+                x = self.convs[f"{p}.convs.{c}"](x, 0.1, residual=x, time_major=tm, **last)
             return x
-        for c in range(_count(self.convs, p + ".convs1.{}")):     # ResBlock1
-            y = self.convs[f"{p}.convs1.{c}"](x, 0.1)
-            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x)
+        n = _count(self.convs, p + ".convs1.{}")
+        for c in range(n):                                         # ResBlock1
+            last = {"out": out, "accumulate": accumulate} if tm and c == n - 1 else {}
+            y = self.convs[f"{p}.convs1.{c}"](x, 0.1, time_major=tm)
+            x = self.convs[f"{p}.convs2.{c}"](y, 0.1, residual=x, time_major=tm, **last)
         return x
 
     def resblock_reach(self, j):
@@ -284,11 +329,15 @@ class Vits:
     def resblocks(self, i, x):
         """The mean of stage i's resblocks, over tiles of RESBLOCK_TILE samples with their
         reach of context, so each tile's passes stay in cache (the last stage's activations
-        are ~13 MB for a 5 s sentence); the crops join into the untiled result."""
+        are ~13 MB for a 5 s sentence); the crops join into the untiled result. x (C, T), or
+        (T, C) time-major: there the sum, each resblock's last conv adding into it, and the
+        next convs' weights divided by n_kernels (leaky ReLU commutes with a positive scale)."""
         js = range(i * self.n_kernels, (i + 1) * self.n_kernels)
         reach = max(self.resblock_reach(j) for j in js)
+        if self.time_major:
+            return self.resblock_sums(js, reach, x)
         n = x.shape[1]
-        out = np.empty_like(x)
+        out = np.empty(x.shape, np.float32)
         for a in range(0, n, RESBLOCK_TILE):
             b = min(n, a + RESBLOCK_TILE)
             lo, hi = max(0, a - reach), min(n, b + reach)
@@ -300,14 +349,42 @@ class Vits:
         out /= self.n_kernels
         return out
 
+    def resblock_sums(self, js, reach, x):
+        """resblocks' tiles time-major: x (T, C) -> the sum of resblocks js, each tile's
+        resblocks written into one buffer by their last convs."""
+        n = x.shape[0]
+        out = np.empty(x.shape, np.float32)
+        last = self.convs[f"dec.resblocks.{js[0]}.convs.1"] if f"dec.resblocks.{js[0]}.convs.1" in self.convs \
+            else self.convs[f"dec.resblocks.{js[0]}.convs2.0"]
+        for a in range(0, n, RESBLOCK_TILE):
+            b = min(n, a + RESBLOCK_TILE)
+            lo, hi = max(0, a - reach), min(n, b + reach)
+            tile = x[lo:hi]
+            sums = out_buffer(hi - lo, last.time_major)
+            for k, j in enumerate(js):
+                self.resblock(j, tile, sums, accumulate=k > 0)
+            out[a:b] = sums[a - lo:b - lo, :x.shape[1]]
+        return out
+
     def decode(self, z, g=None):
         """HiFi-GAN: latent frames (channels, n_frames) -> waveform (n_frames * hop,)."""
+        if self.time_major:
+            return self.decode_time_major(z, g)
         x = self.convs["dec.conv_pre"](z)
         if g is not None:
             x = x + self.convs["dec.cond"](g)
         for i in range(self.n_ups):
             x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1))
         return np.tanh(self.convs["dec.conv_post"](x, 0.01))[0]
+
+    def decode_time_major(self, z, g=None):
+        """decode with the activations (samples, channels), the convs on the bf16 tiles."""
+        x = self.convs["dec.conv_pre"](np.ascontiguousarray(z.T), time_major=True)
+        if g is not None:
+            x = x + self.convs["dec.cond"](np.ascontiguousarray(g.T), time_major=True)
+        for i in range(self.n_ups):
+            x = self.resblocks(i, self.convs[f"dec.ups.{i}"](x, 0.1, time_major=True))
+        return np.tanh(self.convs["dec.conv_post"](x, 0.01, time_major=True)[:, 0])
 
     # -- the whole utterance -----------------------------------------------------------------
 

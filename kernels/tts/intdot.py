@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit, prange
 from numba.extending import intrinsic
 
+from ..amx import empty_aligned
 from ..cpu import llvm_has
 from . import amx
 from ..ir import I8, I32, I64, Gen, i64_call, vec
@@ -135,7 +136,9 @@ def int_weights(w, zero_point):
     weights = IntWeights(rows.reshape(n_out, -1), zp, ws.reshape(n_out, -1).sum(1, dtype=np.int64).astype(np.int32),
                          n_taps, n_quads, c_in * n_taps)
     if amx_takes(weights):
-        weights = replace(weights, tiles=amx.pack_weights(weights.rows, n_taps, c_in))
+        tiles = amx.pack_weights(weights.rows, n_taps, c_in)
+        weights = replace(weights, tiles=empty_aligned(tiles.shape, np.int8))
+        weights.tiles[...] = tiles
     return weights if VNNI else replace(weights, wide=widened_rows(weights))
 
 
@@ -368,7 +371,7 @@ def conv_int_scaled(x, x_zero_point, weights, pads, dilation, bias, scale, resid
     n_out = n + pads[0] + pads[1] - reach
     span = amx.TILE * AMX_TILES[0]
     n_lanes = -(-n_out // span) * span
-    xt = np.empty((n_lanes + reach, -(-c_in // 64) * 64), np.uint8)
+    xt = empty_aligned((n_lanes + reach, -(-c_in // 64) * 64), np.uint8)     # whole cache lines a tile row
     pos_sums = np.empty(n_lanes + reach, np.int32)
     amx.pack_positions(x, pads[0], np.uint8(x_zero_point), xt, pos_sums)
     act_sums = pos_sums[:n_lanes].copy()
