@@ -154,7 +154,7 @@ def pack_q8_0(raw, n_rows, n_cols):
     rounded up to 32, the rows past n_rows zero."""
     n_kb = n_cols // BLOCK
     n_pad = -(-n_rows // SPAN) * SPAN
-    wq = np.zeros((n_pad // TILE, n_kb, 8, TILE, 4), np.int8)
+    wq = amx.zeros_aligned((n_pad // TILE, n_kb, 8, TILE, 4), np.int8)
     wd = np.zeros((n_pad // TILE, n_kb, TILE), np.float32)
     _pack_q8_0(np.asarray(raw, np.uint8).reshape(n_rows, n_kb * (2 + BLOCK)), wq, wd)
     return wq, wd
@@ -228,8 +228,8 @@ def q8_matmul(x, wq, wd, n_rows, out=None, bias=None):
     n_tok, n_cols = x.shape
     t_pad, n_pad = -(-n_tok // SPAN) * SPAN, wq.shape[0] * TILE
     xq, xd, tiles = _buffers(("q8", t_pad, n_cols, n_pad), lambda: (
-        np.zeros((t_pad, n_cols), np.int8), np.zeros((t_pad, n_cols // BLOCK), np.float32),
-        np.zeros((t_pad, n_pad), np.float32)))
+        amx.zeros_aligned((t_pad, n_cols), np.int8), np.zeros((t_pad, n_cols // BLOCK), np.float32),
+        amx.zeros_aligned((t_pad, n_pad), np.float32)))
     _q8_tiles(x, wq, wd, xq, xd, tiles)
     out = np.empty((n_tok, n_rows), np.float32) if out is None else out
     _store(tiles, out, _NO_BIAS if bias is None else bias)
@@ -263,7 +263,7 @@ def pack_f16(rows):
     N and K padded to 32 with zeros."""
     n_rows, n_cols = rows.shape
     n_pad, k_pad = -(-n_rows // F16_SPAN) * F16_SPAN, -(-n_cols // 32) * 32
-    bp = np.zeros((2, n_pad // 32, k_pad // 32, 2, 16, 16, 2), np.uint16)
+    bp = amx.zeros_aligned((2, n_pad // 32, k_pad // 32, 2, 16, 16, 2), np.uint16)
     _pack_f16(np.ascontiguousarray(rows, np.float16).view(np.uint16), bp)
     return bp
 
@@ -294,25 +294,28 @@ def split_f16_rows(x, ap):
             ap[1, t, k] = amx.bf16_round(v - amx.bf16_value(h))
 
 
+_ZERO = amx.zeros_aligned((2, 16), np.float32)   # a row of zeros for 2 C tiles: S with stride 0
+
+
 def _f16_kernel(passes):
     gemm = amx.bf16_gemm(2, 2, passes)
 
     @njit(**JIT)
-    def run(x, bp, ap, c):
+    def run(x, bp, ap, c, zero):
         """c (T', N') <- x (T, K) split into ap (2, T', K') times bp; ap's columns past K stay
-        zero (the scratch is made so), its rows past T are left from before (not read back)."""
+        zero (the scratch is made so), its rows past T are left from before (not read back);
+        each C block starts from zero's stride-0 rows."""
         _, n_jb, n_kb = bp.shape[:3]
         t_pad, k_pad = ap.shape[1], ap.shape[2]
         split_f16_rows(x, ap)
-        c[:] = 0
         a_rs, c_rs = k_pad * 2, n_jb * F16_SPAN * 4
         b_ks = 2 * 1024
         b_jb = n_kb * b_ks
         for jb in range(n_jb):             # a column block's B tiles stay in cache over the tokens
-            for i in range(0, t_pad, F16_SPAN):
-                gemm(ap.ctypes.data + i * a_rs, a_rs, 64, t_pad * a_rs, 0,
-                     bp.ctypes.data + jb * b_jb, 64, b_ks, 1024, n_jb * b_jb, 0, 0,
-                     c.ctypes.data + i * c_rs + jb * F16_SPAN * 4, c_rs, 0, n_kb, 1, 1)
+            gemm(ap.ctypes.data, a_rs, 64, t_pad * a_rs, 0, F16_SPAN * a_rs,
+                 bp.ctypes.data + jb * b_jb, 64, b_ks, 1024, n_jb * b_jb, 0, 0,
+                 c.ctypes.data + jb * F16_SPAN * 4, c_rs, F16_SPAN * c_rs, 0,
+                 zero.ctypes.data, 0, 0, 0, n_kb, 1, t_pad // F16_SPAN, 1)
 
     return run
 
@@ -331,8 +334,8 @@ def f16_matmul(x, bp, n_rows, passes=F16_PASSES, out=None, bias=None):
     t_pad = -(-len(x) // F16_SPAN) * F16_SPAN
     k_pad, n_pad = bp.shape[2] * 32, bp.shape[1] * F16_SPAN
     ap, c = _buffers(("f16", t_pad, k_pad, n_pad), lambda: (
-        np.zeros((2, t_pad, k_pad), np.uint16), np.zeros((t_pad, n_pad), np.float32)))
-    _f16_kernels[passes](x, bp, ap, c)
+        amx.zeros_aligned((2, t_pad, k_pad), np.uint16), amx.zeros_aligned((t_pad, n_pad), np.float32)))
+    _f16_kernels[passes](x, bp, ap, c, _ZERO)
     out = np.empty((len(x), n_rows), np.float32) if out is None else out
     _store(c, out, _NO_BIAS if bias is None else bias)
     return out
@@ -391,12 +394,10 @@ def online_softmax(s, n, p, m, l, o, with_lo):
         l[t] += total
 
 
-def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
-    qk_gemm = amx.bf16_gemm(*qk_tiles, ATT_PASSES)
-    pv_gemm = amx.bf16_gemm(*pv_tiles, pv_passes)
+def _attention_kernels(pv_passes):
+    qk_gemm = amx.bf16_gemm(2, 2, ATT_PASSES)
+    pv_gemm = amx.bf16_gemm(2, 2, pv_passes)
     with_lo = amx.n_parts(pv_passes) > 1
-    qk_m, qk_n = qk_tiles
-    pv_m, pv_n = pv_tiles
 
     @njit(**JIT)
     def pack_head(qkv, h, d, scale, qp, kp, vp):
@@ -426,12 +427,13 @@ def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
                 vp[1, c // 16, tb, tr, c % 16, te] = amx.bf16_round(v - amx.bf16_value(hi))
 
     @njit(**JIT)
-    def tile(qp, kp, vp, t0, n_tok, out, s, p, o, m, l):
+    def tile(qp, kp, vp, t0, n_tok, out, s, p, o, m, l, zero):
         """out (q_tile', d) <- softmax(q k^T) v of the queries from t0 (out's rows) on the head
         packed in qp (2, T', d'), kp (B tiles of k (d, T)), vp (B tiles of v^T (T, d)), a key
         block at a time (online softmax, as flash attention); the scratch of the caller's
         thread, whose shapes set the tile: s (q_tile, key_block) scores, p (2, q_tile,
-        key_block) their exps' bf16 parts, o (q_tile, d'), m, l (q_tile,)."""
+        key_block) their exps' bf16 parts, o (q_tile, d'), m, l (q_tile,); zero: 128 bytes of
+        zeros the scores start from (a stride-0 load: no pass to clear them)."""
         d_pad = qp.shape[2]
         n_q, d = out.shape
         n_kd, n_kt = d_pad // 32, vp.shape[2]                          # 32-blocks of d, of keys
@@ -444,16 +446,15 @@ def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
         for k0 in range(0, n_tok, key_block):
             nk = min(key_block, n_tok - k0)
             nb = (nk + 31) // 32
-            s[:] = 0
-            for i in range(0, q_tile, 16 * qk_m):
-                qk_gemm(qp.ctypes.data + (t0 + i) * q_rs, q_rs, 64, qp.shape[1] * q_rs, 0,
-                        kp.ctypes.data + (k0 // 16) * k_strip, 64, 1024, k_strip, kp.shape[1] * k_strip, 0,
-                        qk_n * k_strip, s.ctypes.data + i * s_rs, s_rs, 64 * qk_n, n_kd, 1, nb * 2 // qk_n)
+            qk_gemm(qp.ctypes.data + t0 * q_rs, q_rs, 64, qp.shape[1] * q_rs, 0, 32 * q_rs,     # s = q k^T
+                    kp.ctypes.data + (k0 // 16) * k_strip, 64, 1024, k_strip, kp.shape[1] * k_strip, 0, 2 * k_strip,
+                    s.ctypes.data, s_rs, 32 * s_rs, 128, zero.ctypes.data, 0, 0, 0,
+                    n_kd, 1, q_tile // 32, nb)
             online_softmax(s, nk, p, m, l, o, with_lo)
-            for i in range(0, q_tile, 16 * pv_m):
-                pv_gemm(p.ctypes.data + i * p_rs, p_rs, 64, q_tile * p_rs, 0,
-                        vp.ctypes.data + (k0 // 32) * 1024, 64, 1024, v_strip, vp.shape[1] * v_strip, 0,
-                        pv_n * v_strip, o.ctypes.data + i * o_rs, o_rs, 64 * pv_n, nb, 1, d_pad // (16 * pv_n))
+            pv_gemm(p.ctypes.data, p_rs, 64, q_tile * p_rs, 0, 32 * p_rs,                     # o += p v
+                    vp.ctypes.data + (k0 // 32) * 1024, 64, 1024, v_strip, vp.shape[1] * v_strip, 0, 2 * v_strip,
+                    o.ctypes.data, o_rs, 32 * o_rs, 128, o.ctypes.data, o_rs, 32 * o_rs, 128,
+                    nb, 1, q_tile // 32, d_pad // 32)
         for t in range(n_q):
             for c in range(d):
                 out[t, c] = o[t, c] / l[t]
@@ -461,29 +462,27 @@ def _attention_kernels(pv_passes, qk_tiles, pv_tiles):
     return pack_head, tile
 
 
-QK_TILES = (2, 2)           # C tiles (rows, columns) of a call: the scores'
-PV_TILES = (2, 2)           # and the values'
 _att = {}
 
 
-def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=None, q_tile=None, key_block=None):
+def attention(qkv, n_head, pool, pv_passes=PV_PASSES, q_tile=None, key_block=None):
     """encoder_attention's result on the bf16 tiles, from the projections qkv (T, 3 n), rows
     q | k | v unscaled: q scaled by 1/sqrt(d) and split in two bf16 parts (2^-17), k and v
     rounded to f16 (exactly two parts each), the exps of the scores split likewise: each
     product to 2^-17, float32 sums. -> o (T, n)."""
-    key = (tuple(pv_passes), qk_tiles or QK_TILES, pv_tiles or PV_TILES)
-    if key not in _att:
-        _att[key] = _attention_kernels(*key)
-    pack_head, tile = _att[key]
+    pv_passes = tuple(pv_passes)
+    if pv_passes not in _att:
+        _att[pv_passes] = _attention_kernels(pv_passes)
+    pack_head, tile = _att[pv_passes]
     n_tok, n3 = qkv.shape
     n = n3 // 3
     d = n // n_head
     scale = np.float32(1.0 / np.sqrt(d))
     q_tile, key_block = q_tile or Q_TILE, key_block or KEY_BLOCK
     t_pad, d_pad = pad32(n_tok) + q_tile, pad32(d)        # queries past T read zero rows
-    heads = [(np.zeros((2, t_pad, d_pad), np.uint16),
-              np.zeros((2, pad32(n_tok) // 16, d_pad // 32, 16, 16, 2), np.uint16),
-              np.zeros((2, d_pad // 16, pad32(n_tok) // 32, 16, 16, 2), np.uint16)) for _ in range(n_head)]
+    heads = [(amx.zeros_aligned((2, t_pad, d_pad), np.uint16),
+              amx.zeros_aligned((2, pad32(n_tok) // 16, d_pad // 32, 16, 16, 2), np.uint16),
+              amx.zeros_aligned((2, d_pad // 16, pad32(n_tok) // 32, 16, 16, 2), np.uint16)) for _ in range(n_head)]
     qkv = np.ascontiguousarray(qkv)
     list(pool.map(lambda h: pack_head(qkv, h, d, scale, *heads[h]), range(n_head)))
     out = np.empty((n_tok, n), np.float32)
@@ -491,9 +490,9 @@ def attention(qkv, n_head, pool, pv_passes=PV_PASSES, qk_tiles=None, pv_tiles=No
     def job(hj):
         h, t0 = hj
         bufs = _buffers(("attention", d_pad, q_tile, key_block), lambda: (
-            np.zeros((q_tile, key_block), np.float32), np.zeros((2, q_tile, key_block), np.uint16),
-            np.zeros((q_tile, d_pad), np.float32), np.zeros(q_tile, np.float32), np.zeros(q_tile, np.float32)))
-        tile(*heads[h], t0, n_tok, out[t0:min(n_tok, t0 + q_tile), h * d:(h + 1) * d], *bufs)
+            amx.zeros_aligned((q_tile, key_block), np.float32), amx.zeros_aligned((2, q_tile, key_block), np.uint16),
+            amx.zeros_aligned((q_tile, d_pad), np.float32), np.zeros(q_tile, np.float32), np.zeros(q_tile, np.float32)))
+        tile(*heads[h], t0, n_tok, out[t0:min(n_tok, t0 + q_tile), h * d:(h + 1) * d], *bufs, _ZERO)
 
     list(pool.map(job, [(h, t0) for h in range(n_head) for t0 in range(0, n_tok, q_tile)]))
     return out
