@@ -8,8 +8,8 @@ after, since numba's worker threads run the tiles in turn. DASLLAMA_AMX=0 turns 
 
 bf16 products at float32's accuracy ("bf16 x N"): a float32 a is split into bf16 parts,
 a = a[0] + a[1] (+ a[2]), each the rounded rest of the ones before; tdpbf16ps multiplies bf16
-pairs exactly into float32 sums (16 x 16 x 32 products an instruction, ~32x the FMA units'),
-so the passes a[0]b[0] + a[0]b[1] + a[1]b[0] give a product to ~2^-17 of |ab| and the six of
+pairs exactly into float32 sums (16 x 16 x 32 products an instruction; on this project's
+2-core Sapphire Rapids VM three passes give 4-6x the float32 FMA tiles' rate), so the passes a[0]b[0] + a[0]b[1] + a[1]b[0] give a product to ~2^-17 of |ab| and the six of
 three parts (PASSES_3) to ~2^-24, float32's own rounding. `split_bf16` is the split,
 `bf16_gemm` the tile product one pass list runs, `bf16_gemm_ref` its float64 reference.
 """

@@ -25,7 +25,11 @@ PASSES = amx.PASSES_2
 # it). One thread, 64-byte aligned, 4096 positions, three passes: 636-993 GF/s of float32
 # products on the resblock shapes, 2 x 2 604-936, 2 x 1 642-977 (load 6).
 TILES = (1, 2)
-M_SPAN, N_SPAN = amx.TILE * TILES[0], amx.TILE * TILES[1]
+# six passes (three parts: A's and B's tiles do not fit beside the C tiles) reload the parts
+# in turn, and 2 x 2 C tiles hide it better: the flow's k 5 192 -> 384 over 512 frames
+# 369 against 253-265 GF/s, the encoder's k 3 192 -> 768 324-331 against 196-210 (load 7)
+TILES_6 = (2, 2)
+M_SPAN, N_SPAN = 32, 32     # positions and output channels padded to: both tile shapes' blocks
 
 
 class TimeMajorTaps:
@@ -121,7 +125,9 @@ def conv_kernel(passes):
     bias is given, not (0,)), M_SPAN positions a block."""
     if passes in _kernels:
         return _kernels[passes]
-    gemm = amx.bf16_gemm(*TILES, passes)
+    tiles_mn = TILES_6 if len(passes) > 3 else TILES
+    gemm = amx.bf16_gemm(*tiles_mn, passes)
+    m_span, n_tiles = amx.TILE * tiles_mn[0], tiles_mn[1]
 
     @njit(**JIT)
     def run(xt, tiles, n_taps, dilation, out, t_lo, t_hi, bias):
@@ -134,11 +140,11 @@ def conv_kernel(passes):
         if bias.shape[0] > 0:            # each block starts as the bias, its rows loaded with stride 0
             s, s_rs, s_ib = bias.ctypes.data, 0, 0
         else:
-            s, s_rs, s_ib = c, c_rs, M_SPAN * c_rs
-        gemm(xt.ctypes.data + t_lo * a_rs, a_rs, 64, n_rows * a_rs, dilation * a_rs, M_SPAN * a_rs,
-             tiles.ctypes.data, 64, 1024, b_ns, tiles.size // n_parts * 2, n_kb * 1024, TILES[1] * b_ns,
-             c, c_rs, M_SPAN * c_rs, N_SPAN * 4, s, s_rs, s_ib, N_SPAN * 4,
-             n_kb, n_taps, (t_hi - t_lo) // M_SPAN, n_cols // N_SPAN)
+            s, s_rs, s_ib = c, c_rs, m_span * c_rs
+        gemm(xt.ctypes.data + t_lo * a_rs, a_rs, 64, n_rows * a_rs, dilation * a_rs, m_span * a_rs,
+             tiles.ctypes.data, 64, 1024, b_ns, tiles.size // n_parts * 2, n_kb * 1024, n_tiles * b_ns,
+             c, c_rs, m_span * c_rs, 64 * n_tiles, s, s_rs, s_ib, 64 * n_tiles,
+             n_kb, n_taps, (t_hi - t_lo) // m_span, n_cols // (16 * n_tiles))
 
     _kernels[passes] = run
     return run
