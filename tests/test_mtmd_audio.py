@@ -13,7 +13,7 @@ from dasllama.core.mtmd.mmproj import Mmproj, MmprojError
 from dasllama.core.mtmd.whisper_enc import AudioTower
 from dasllama.core.mtmd.audio_in import frame_count_after_resampling, linear_resample, load_clip
 from dasllama.core.tools.ref_mtmd import mtmd_cli_text, mtmd_decoded_audio, mtmd_embeddings
-from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, bias_gelu_erf_ref, conv3_windows
+from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, bias_gelu_erf_ref, conv3_windows, conv3_windows_rows
 from dasllama.kernels.speech.resample import biquad_f32, biquad_f32_ref
 from dasllama_cli.main import cli
 from tests import assets, gguf_factory, mtmd_pairs
@@ -187,6 +187,7 @@ def test_gelu_erf_and_conv_windows_match_references():
         direct = np.array([[np.sum(w[o] * padded[:, t * stride:t * stride + 3]) for o in range(7)]
                            for t in range((12 - 1) // stride + 1)])
         np.testing.assert_allclose(ours, direct, rtol=1e-5, atol=1e-5)
+        assert np.array_equal(conv3_windows_rows(np.ascontiguousarray(mel.T), stride), conv3_windows(mel, stride))
 
 
 def run(*args):

@@ -18,7 +18,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from dasllama.kernels.quants import F16
-from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows
+from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows, conv3_windows_rows
 from dasllama.kernels.vision import rms_norm_rows
 
 from .siglip import Layer, PreNormTower, Weight, share_out
@@ -61,7 +61,7 @@ class AudioTower(PreNormTower):
         with threadpool_limits(1):        # BLAS runs single-threaded inside the pool's tiles
             x = self.conv1(conv3_windows(mel, 1))                               # (3000, n_embd)
             self._on_rows(bias_gelu_erf, x, self.conv1_bias)
-            x = self.conv2(conv3_windows(np.ascontiguousarray(x.T), 2))          # (1500, n_embd)
+            x = self.conv2(conv3_windows_rows(x, 2))                             # (1500, n_embd)
             self._on_rows(bias_gelu_erf, x, self.conv2_bias)
             n_pos = len(x)
             if len(self.pos) < n_pos:
