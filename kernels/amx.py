@@ -51,8 +51,9 @@ PASSES_2 = ((0, 0), (1, 0), (0, 1))                                 # hi.hi + lo
 PASSES_3 = ((0, 0), (1, 0), (2, 0), (1, 1), (0, 1), (0, 2))         # the terms above 2^-24
 
 
-def configure(g, rows_per_tile=TILE):
-    """ldtilecfg of palette 1 with all 8 tiles `rows_per_tile` x 64 bytes."""
+def configure(g, shapes=((TILE, 64),) * 8):
+    """ldtilecfg of palette 1 with tile t `shapes[t]` = (rows, bytes a row); default all 8
+    tiles 16 x 64 bytes."""
     b = g.b
     cfg = b.alloca(ir.ArrayType(I8, 64))
     cfg.align = 64
@@ -60,9 +61,9 @@ def configure(g, rows_per_tile=TILE):
     for i in range(64):
         b.store(g.c(I8, 0), g.at(p, i))
     b.store(g.c(I8, 1), g.at(p, 0))
-    for t in range(8):
-        b.store(g.c(I16, 64), b.bitcast(g.at(p, 16 + 2 * t), I16.as_pointer()))
-        b.store(g.c(I8, rows_per_tile), g.at(p, 48 + t))
+    for t, (rows, colsb) in enumerate(shapes):
+        b.store(g.c(I16, colsb), b.bitcast(g.at(p, 16 + 2 * t), I16.as_pointer()))
+        b.store(g.c(I8, rows), g.at(p, 48 + t))
     g.intr("llvm.x86.ldtilecfg", ir.VoidType(), [p])
 
 

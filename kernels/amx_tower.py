@@ -34,7 +34,7 @@ from numba.extending import intrinsic
 
 from . import amx
 from .actq import quantize_row_q8_0, round_f16
-from .ir import F32T, I8, I16, I32, I64, Gen, f16_to_f32, i64_call, vec
+from .ir import F32T, I8, I32, I64, Gen, f16_to_f32, i64_call, vec
 from .ops import row_max
 from .quants import JIT
 from .simd import _loop
@@ -52,20 +52,7 @@ V16F = vec(F32T, 16)
 V16I = vec(I32, 16)
 
 
-def _configure(g):
-    """ldtilecfg: tiles 0-3 C (16 x 64 bytes), 4-5 A (16 rows x 32 bytes), 6-7 B (8 x 64)."""
-    b = g.b
-    cfg = b.alloca(ir.ArrayType(I8, 64))
-    cfg.align = 64
-    p = b.bitcast(cfg, I8.as_pointer())
-    for i in range(64):
-        b.store(g.c(I8, 0), g.at(p, i))
-    b.store(g.c(I8, 1), g.at(p, 0))
-    shapes = [(16, 64)] * 4 + [(16, 32)] * 2 + [(8, 64)] * 2
-    for t, (rows, colsb) in enumerate(shapes):
-        b.store(g.c(I16, colsb), b.bitcast(g.at(p, 16 + 2 * t), I16.as_pointer()))
-        b.store(g.c(I8, rows), g.at(p, 48 + t))
-    g.intr("llvm.x86.ldtilecfg", ir.VoidType(), [p])
+TILE_SHAPES = [(16, 64)] * 4 + [(16, 32)] * 2 + [(8, 64)] * 2   # C 0-3, A 4-5 (16 x 32 bytes), B 6-7
 
 
 def _emit_q8_tile(b, args):
@@ -75,7 +62,7 @@ def _emit_q8_tile(b, args):
     ptr = lambda v: b.inttoptr(v, I8.as_pointer())
     xq_p, xd_p, wq_p, wd_p, out_p = map(ptr, (xq, xd, wq, wd, out))
     void = ir.VoidType()
-    _configure(g)
+    amx.configure(g, TILE_SHAPES)
     acc = b.alloca(ir.ArrayType(F32T, SPAN * SPAN))          # (token, output) float32
     acc.align = 64
     acc_p = b.bitcast(acc, I8.as_pointer())
