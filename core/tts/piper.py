@@ -3,6 +3,7 @@ The config's phoneme id map turns phonemes into the ids the network reads, frame
 phoneme_ids.py frames them: BOS, then each phoneme's ids followed by the pad id, then EOS."""
 import json
 import os
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,14 +94,49 @@ class PiperVoice:
                              f"{self.config.num_speakers} speakers (0-{self.config.num_speakers - 1}).")
         return sid
 
+    def _scales(self, noise_scale, length_scale, noise_w, speaker, seed):
+        c = self.config
+        return (c.noise_scale if noise_scale is None else noise_scale,
+                c.length_scale if length_scale is None else length_scale,
+                c.noise_w if noise_w is None else noise_w, self.speaker_id(speaker), seed)
+
     def audio(self, ids, noise_scale=None, length_scale=None, noise_w=None, speaker=None, seed=None):
         """Phoneme ids -> float32 waveform (unnormalised, as the network gives it)."""
-        c = self.config
         with _BLAS.limit(limits=1, user_api="blas"):
-            return self.net.infer(ids, c.noise_scale if noise_scale is None else noise_scale,
-                                  c.length_scale if length_scale is None else length_scale,
-                                  c.noise_w if noise_w is None else noise_w,
-                                  self.speaker_id(speaker), seed, self.pool, self.n_threads)
+            return self.net.infer(ids, *self._scales(noise_scale, length_scale, noise_w, speaker, seed),
+                                  self.pool, self.n_threads)
+
+    def audios(self, id_lists, noise_scale=None, length_scale=None, noise_w=None, speaker=None,
+               seed=None):
+        """audio() of each list of ids, in order: the first on every thread (the first audio
+        soonest), then one sentence a thread, n_threads in flight. A sentence's own work splits
+        over threads poorly (its encoder and duration predictor are short serial runs), whole
+        sentences do not: on 2 threads here (Sapphire Rapids, quiet) 20 sentences took 1.69 s
+        split and 1.19-1.23 s side by side (2026-12-06)."""
+        scales = self._scales(noise_scale, length_scale, noise_w, speaker, seed)
+        pending, rest = deque(), iter(id_lists)
+        with _BLAS.limit(limits=1, user_api="blas"):
+            for ids in rest:
+                head = self.net.infer(ids, *scales, self.pool, self.n_threads)
+                break
+            else:
+                return
+            try:
+                for ids in rest:
+                    if self.pool is None:
+                        yield head
+                        head = self.net.infer(ids, *scales)
+                        continue
+                    pending.append(self.pool.submit(self.net.infer, ids, *scales))
+                    if len(pending) == self.n_threads:
+                        yield head
+                        head = pending.popleft().result()
+                yield head
+                while pending:
+                    yield pending.popleft().result()
+            finally:
+                for future in pending:
+                    future.cancel()
 
 
 def load_voice(path, n_threads=None, voices_path=None):

@@ -74,9 +74,11 @@ def synthesize(text, voice, speed=1.0, noise_scale=None, noise_w=None, speaker=N
         normalize = getattr(voice, "normalizes", True)
     rate = voice.sample_rate
     silence = np.zeros(int(rate * sentence_silence), np.float32)
-    for i, phonemes in enumerate(sentence_phonemes(text, voice, phonemizer)):
-        audio = voice.audio(voice.phoneme_ids(phonemes), noise_scale, length_scale, noise_w,
-                            speaker, seed)
+    ids = [voice.phoneme_ids(phonemes) for phonemes in sentence_phonemes(text, voice, phonemizer)]
+    scales = (noise_scale, length_scale, noise_w, speaker, seed)
+    many = getattr(voice, "audios", None)      # a voice that runs whole sentences side by side
+    audios = many(ids, *scales) if many else (voice.audio(i, *scales) for i in ids)
+    for i, audio in enumerate(audios):
         if getattr(voice, "trims_silence", False):
             audio = trim_silence(audio)
         if normalize:

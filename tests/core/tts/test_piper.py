@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from dasllama.core.tools import verify_tts
-from dasllama.core.tts import SynthesisError, VoiceError, load_voice, phonemize, synthesize
+from dasllama.core.tts import SynthesisError, VoiceError, load_voice, phonemize, sentence_phonemes, synthesize
 from dasllama_cli.main import cli
 from tests import whisper_assets
 from tests.assets import or_skip
@@ -88,6 +88,18 @@ def test_threaded_chunks_and_tiles_join_into_the_whole_utterance(voice, referenc
         pieces = voice.net.latent_to_audio(z_p, pool=pool, n_chunks=3)
     assert pieces.shape == whole.shape
     assert np.abs(pieces - whole).max() < 1e-5
+
+
+def test_sentences_side_by_side_are_each_sentences_audio(voice_path):
+    """audios() runs whole sentences on the pool's threads: each comes back in order, the
+    audio of that sentence alone (the decoder's spans join within 1e-5 of one piece)."""
+    voice = load_voice(voice_path, n_threads=2)
+    texts = ("Hello there.", "How are you doing today, my friend?", "Fine.", "Good to hear it.")
+    ids = [voice.phoneme_ids(sentence_phonemes(t, voice)[0]) for t in texts]
+    alone = [voice.audio(i, noise_scale=0, noise_w=0) for i in ids]
+    together = list(voice.audios(ids, noise_scale=0, noise_w=0))
+    assert [a.shape for a in together] == [a.shape for a in alone]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(together, alone)) < 1e-5
 
 
 @pytest.mark.slow
