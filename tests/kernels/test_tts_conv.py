@@ -12,6 +12,18 @@ from dasllama.kernels.tts.ops import conv_transpose1d
 MAX_ABS_DIFF = 5e-5
 
 
+def conv_case(k, c_out, c_in, dilation, n, pads, residual):
+    """(x (C_in, n), taps (k, C_out, C_in), bias, residual (C_out, n_out) or None, n_out) of a
+    random conv, seeded by its shape."""
+    rng = np.random.default_rng(k * 1000 + n)
+    x = rng.standard_normal((c_in, n)).astype(np.float32)
+    taps = (rng.standard_normal((k, c_out, c_in)) / np.sqrt(k * c_in)).astype(np.float32)
+    bias = rng.standard_normal(c_out).astype(np.float32)
+    n_out = n + pads[0] + pads[1] - dilation * (k - 1)
+    res = rng.standard_normal((c_out, n_out)).astype(np.float32) if residual else None
+    return x, taps, bias, res, n_out
+
+
 @pytest.mark.parametrize("k, c_out, c_in, dilation, n, pads, slope, residual", [
     (7, 32, 32, 12, 1001, (36, 36), 0.1, True),    # a resblock conv, the last stage
     (3, 64, 64, 1, 77, (1, 1), 0.1, True),
@@ -20,12 +32,7 @@ MAX_ABS_DIFF = 5e-5
     (3, 8, 12, 2, 5, (0, 3), 0.01, False),         # shorter than a tile, lopsided pads
 ])
 def test_tiles_match_the_reference(k, c_out, c_in, dilation, n, pads, slope, residual):
-    rng = np.random.default_rng(k * 1000 + n)
-    x = rng.standard_normal((c_in, n)).astype(np.float32)
-    taps = (rng.standard_normal((k, c_out, c_in)) / np.sqrt(k * c_in)).astype(np.float32)
-    bias = rng.standard_normal(c_out).astype(np.float32)
-    n_out = n + pads[0] + pads[1] - dilation * (k - 1)
-    res = rng.standard_normal((c_out, n_out)).astype(np.float32) if residual else None
+    x, taps, bias, res, n_out = conv_case(k, c_out, c_in, dilation, n, pads, residual)
     ours = conv1d_tiled(x, taps, bias, pads, dilation, slope, res)
     ref = conv1d_ref(x, taps, bias, pads, dilation, slope, res)
     assert ours.shape == ref.shape == (c_out, n_out)

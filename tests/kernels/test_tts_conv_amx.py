@@ -10,6 +10,7 @@ from dasllama.kernels import amx
 from dasllama.kernels.tts import conv_amx
 from dasllama.kernels.tts.conv import conv1d_ref
 from dasllama.kernels.tts.ops import conv_transpose1d
+from tests.kernels.test_tts_conv import conv_case
 
 BOUND = 2.0 ** -15
 pytestmark = pytest.mark.skipif(not amx.BF16, reason="no AMX-BF16 on this CPU (or the OS refused the tile state)")
@@ -23,12 +24,7 @@ pytestmark = pytest.mark.skipif(not amx.BF16, reason="no AMX-BF16 on this CPU (o
     (3, 40, 50, 2, 5, (0, 3), 0.1, False),         # shorter than a tile, ragged channels
 ])
 def test_time_major_conv_within_bound(k, c_out, c_in, dilation, n, pads, slope, residual):
-    rng = np.random.default_rng(k * 1000 + n)
-    x = rng.standard_normal((c_in, n)).astype(np.float32)
-    taps = (rng.standard_normal((k, c_out, c_in)) / np.sqrt(k * c_in)).astype(np.float32)
-    bias = rng.standard_normal(c_out).astype(np.float32)
-    n_out = n + pads[0] + pads[1] - dilation * (k - 1)
-    res = rng.standard_normal((c_out, n_out)).astype(np.float32) if residual else None
+    x, taps, bias, res, n_out = conv_case(k, c_out, c_in, dilation, n, pads, residual)
     ours = conv_amx.conv_time_major(np.ascontiguousarray(x.T), conv_amx.TimeMajorTaps(taps, bias), pads,
                                     dilation, slope, None if res is None else np.ascontiguousarray(res.T))
     ref = conv1d_ref(x, taps, bias, pads, dilation, slope, res)
