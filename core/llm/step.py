@@ -15,6 +15,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 import types
 from collections import namedtuple
 
@@ -80,7 +81,9 @@ class FirstCompile:
     type would cost a compile the step does not use, never a wrong result. Where the helper
     cannot start or fails, the step compiles the dispatch itself.
 
-    On where a core is idle (the load average at most cores - 1), or with
+    On where two cores are free, one for each process (idle_cores: 1.5 or more idle over 0.1 s
+    while this process waits; the load average at most cores - 1 where /proc/stat is not to
+    be read), or with
     DASLLAMA_COMPILE_HELPER=1; off with =0. On a quiet 2-core machine it took the first
     `generate` from 44.1-45.1 s to 37.8-38.3 s with the matmul dispatch, 31.9-33.9 s with the
     fused one too (the main process's own compiles are then the path: the samples of the row
@@ -117,7 +120,29 @@ def _helper_pays():
     if forced in ("0", "1"):
         return forced == "1"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores > 1 and os.getloadavg()[0] <= cores - 1
+    if cores < 2:
+        return False
+    idle = idle_cores()
+    return idle >= 1.5 if idle is not None else os.getloadavg()[0] <= cores - 1
+
+
+def idle_cores(window=0.1):
+    """Cores idle over the next `window` seconds (Linux's /proc/stat; None elsewhere). The load
+    average lags a minute: just after `pip install` or a build it read 1.2-1.5 on an idle 2-core
+    host and kept the helper off (a first run 44 s instead of 34)."""
+    def sample():
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        return ticks[3] + ticks[4], sum(ticks)       # idle + iowait, all
+    try:
+        idle0, all0 = sample()
+        time.sleep(window)
+        idle1, all1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if all1 <= all0:
+        return None
+    return (idle1 - idle0) / (all1 - all0) * (os.cpu_count() or 1)
 
 
 def _samples(shape):

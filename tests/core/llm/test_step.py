@@ -86,3 +86,24 @@ def test_the_helper_compiles_the_dispatch_into_the_cache_for_this_process(tiny_m
     dispatch = M.matmul_for(model.step.qtypes)
     dispatch.compile(sig)
     assert dispatch.stats.cache_hits[sig] == 1 and not dispatch.stats.cache_misses[sig]
+
+
+def test_the_helper_stays_off_while_every_core_is_busy(monkeypatch):
+    """The gate reads idle cores now, not the minute's load average: with a busy loop on every
+    core, fewer than 1.5 are idle and the first run compiles alone."""
+    import os
+    import subprocess
+    import sys
+    import time
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("idle_cores reads Linux's /proc/stat")
+    monkeypatch.delenv("DASLLAMA_COMPILE_HELPER", raising=False)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.3)
+        assert step.idle_cores() < 1.5
+        assert not step._helper_pays()
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
