@@ -204,6 +204,13 @@ def bf16_value(h):
     return bits_f32(np.uint32(h) << np.uint32(16))
 
 
+@njit(**JIT, inline="always")
+def bf16_hi_lo(v):
+    """(hi, lo) bf16 bits of float32 v's first two parts: exactly v where v is an f16 value."""
+    h = bf16_round(v)
+    return h, bf16_round(v - bf16_value(h))
+
+
 @njit(**JIT)
 def split_bf16(x, parts):
     """parts[p] = the bf16 bits of x's p-th part: parts[0] = bf16(x), parts[p] = bf16(x minus

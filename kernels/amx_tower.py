@@ -262,10 +262,9 @@ def _pack_f16(bits, bp):
     for w in range(bits.shape[0]):
         jb, j, n = w // 32, (w % 32) // 16, w % 16
         for k in range(bits.shape[1]):
-            v = f16_to_f32(bits[w, k])
-            h = amx.bf16_round(v)
-            bp[0, jb, k // 32, j, (k % 32) // 2, n, k % 2] = h
-            bp[1, jb, k // 32, j, (k % 32) // 2, n, k % 2] = amx.bf16_round(v - amx.bf16_value(h))
+            hi, lo = amx.bf16_hi_lo(f16_to_f32(bits[w, k]))
+            bp[0, jb, k // 32, j, (k % 32) // 2, n, k % 2] = hi
+            bp[1, jb, k // 32, j, (k % 32) // 2, n, k % 2] = lo
 
 
 @njit(**JIT)
@@ -275,10 +274,7 @@ def split_f16_rows(x, ap):
     The padding past T and K is left as it is (zeros)."""
     for t in range(x.shape[0]):
         for k in range(x.shape[1]):
-            v = round_f16(x[t, k])
-            h = amx.bf16_round(v)
-            ap[0, t, k] = h
-            ap[1, t, k] = amx.bf16_round(v - amx.bf16_value(h))
+            ap[0, t, k], ap[1, t, k] = amx.bf16_hi_lo(round_f16(x[t, k]))
 
 
 _ZERO = amx.zeros_aligned((2, 16), np.float32)   # a row of zeros for 2 C tiles: S with stride 0
@@ -369,9 +365,7 @@ def online_softmax(s, n, p, m, l, o, with_lo):
         hi, lo = p[0, t], p[1, t]
         if with_lo:
             for k in range(n):
-                h = amx.bf16_round(row[k])
-                hi[k] = h
-                lo[k] = amx.bf16_round(row[k] - amx.bf16_value(h))
+                hi[k], lo[k] = amx.bf16_hi_lo(row[k])
         else:
             for k in range(n):
                 hi[k] = amx.bf16_round(row[k])
@@ -400,18 +394,11 @@ def _attention_kernels(pv_passes):
             row = qkv[t]
             tb, tr, te, tt, tn = t // 32, (t % 32) // 2, t % 2, t // 16, t % 16
             for c in range(d):
-                v = row[h * d + c] * scale
-                hi = amx.bf16_round(v)
-                qp[0, t, c] = hi
-                qp[1, t, c] = amx.bf16_round(v - amx.bf16_value(hi))
-                v = round_f16(row[n + h * d + c])
-                hi = amx.bf16_round(v)
-                kp[0, tt, c // 32, (c % 32) // 2, tn, c % 2] = hi
-                kp[1, tt, c // 32, (c % 32) // 2, tn, c % 2] = amx.bf16_round(v - amx.bf16_value(hi))
-                v = round_f16(row[2 * n + h * d + c])
-                hi = amx.bf16_round(v)
-                vp[0, c // 16, tb, tr, c % 16, te] = hi
-                vp[1, c // 16, tb, tr, c % 16, te] = amx.bf16_round(v - amx.bf16_value(hi))
+                qp[0, t, c], qp[1, t, c] = amx.bf16_hi_lo(row[h * d + c] * scale)
+                kb, kr, ke = c // 32, (c % 32) // 2, c % 2
+                kp[0, tt, kb, kr, tn, ke], kp[1, tt, kb, kr, tn, ke] = amx.bf16_hi_lo(round_f16(row[n + h * d + c]))
+                vc, vn = c // 16, c % 16
+                vp[0, vc, tb, tr, vn, te], vp[1, vc, tb, tr, vn, te] = amx.bf16_hi_lo(round_f16(row[2 * n + h * d + c]))
 
     @njit(**JIT)
     def tile(qp, kp, vp, t0, n_tok, out, s, p, o, m, l, zero):
