@@ -9,9 +9,11 @@ after, since numba's worker threads run the tiles in turn. DASLLAMA_AMX=0 turns 
 bf16 products at float32's accuracy ("bf16 x N"): a float32 a is split into bf16 parts,
 a = a[0] + a[1] (+ a[2]), each the rounded rest of the ones before; tdpbf16ps multiplies bf16
 pairs exactly into float32 sums (16 x 16 x 32 products an instruction; on this project's
-2-core Sapphire Rapids VM three passes give 4-6x the float32 FMA tiles' rate), so the passes a[0]b[0] + a[0]b[1] + a[1]b[0] give a product to ~2^-17 of |ab| and the six of
-three parts (PASSES_3) to ~2^-24, float32's own rounding. `split_bf16` is the split,
-`bf16_gemm` the tile product one pass list runs, `bf16_gemm_ref` its float64 reference.
+2-core Sapphire Rapids VM three passes give 4-6x the float32 FMA tiles' rate), so the
+passes a[0]b[0] + a[0]b[1] + a[1]b[0] give a product to ~2^-17 of |ab| and the six of three
+parts (PASSES_3) to ~2^-24, float32's own rounding. `split_bf16` is the split,
+`bf16_gemm` the tile product one pass list runs (tests/kernels/test_amx.py drives it as a
+plain matrix product against float64).
 """
 import ctypes
 import math
@@ -239,83 +241,8 @@ def bf16_parts(x, count):
     return parts
 
 
-def bf16_float(parts):
-    """float64 of bf16 bits."""
-    return (parts.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
-def bf16_gemm_ref(a, b, passes):
-    """float64 sum over passes (p, q) of A's part p @ B's part q: a (M, K), b (K, N) float32;
-    what bf16_gemm sums, without its float32 rounding."""
-    count = n_parts(passes)
-    ap, bp = bf16_float(bf16_parts(a, count)), bf16_float(bf16_parts(b, count))
-    return sum(ap[p] @ bp[q] for p, q in passes)
-
-
-# --- a plain matrix product on the tiles -------------------------------------------------------
-
-MATMUL_TILES = (2, 2)       # 2 x 2 C tiles a call: the A and B tiles of one part each fit beside
-
-
 def pad_to(n, m):
     return -(-n // m) * m
-
-
-def pack_rows(a, count):
-    """A (M, K) float32 -> its parts (count, M padded to 32, K padded to 32) bf16 bits, zeros
-    in the padding: the row-major A bf16_gemm reads."""
-    m, k = a.shape
-    out = zeros_aligned((count, pad_to(m, TILE * MATMUL_TILES[0]), pad_to(k, 32)), np.uint16)
-    out[:, :m, :k] = bf16_parts(a, count)
-    return out
-
-
-def pack_pairs(b, count):
-    """B (K, N) float32 -> its parts (count, K padded to 32 / 2, N padded to 32, 2) bf16 bits:
-    element [q, r, n, e] = part q of B[2r + e, n], the rows of pairs bf16_gemm reads."""
-    k, n = b.shape
-    out = np.zeros((count, pad_to(k, 32), pad_to(n, TILE * MATMUL_TILES[1])), np.uint16)
-    out[:, :k, :n] = bf16_parts(b, count)
-    c, kp, n_p = out.shape
-    pairs = empty_aligned((c, kp // 2, n_p, 2), np.uint16)
-    pairs[...] = out.reshape(c, kp // 2, 2, n_p).transpose(0, 1, 3, 2)
-    return pairs
-
-
-_matmuls = {}
-
-
-def matmul_kernel(passes):
-    """run(ap, bp, c): c (M', N') float32 += the pass list's product of pack_rows' ap and
-    pack_pairs' bp (M', N' their padded sizes)."""
-    passes = tuple(passes)
-    if passes in _matmuls:
-        return _matmuls[passes]
-    m_tiles, n_tiles = MATMUL_TILES
-    gemm = bf16_gemm(m_tiles, n_tiles, passes)
-    rows, cols = TILE * m_tiles, TILE * n_tiles
-
-    @njit(**JIT)
-    def run(ap, bp, c):
-        _, m, k = ap.shape
-        n = bp.shape[2]
-        a_rs, b_rs = k * 2, n * 4
-        gemm(ap.ctypes.data, a_rs, 64, m * a_rs, 0, rows * a_rs,
-             bp.ctypes.data, b_rs, 16 * b_rs, 64, (k // 2) * b_rs, 0, cols * 4,
-             c.ctypes.data, n * 4, rows * n * 4, cols * 4, c.ctypes.data, n * 4, rows * n * 4, cols * 4,
-             k // 32, 1, m // rows, n // cols)
-
-    _matmuls[passes] = run
-    return run
-
-
-def bf16_matmul(a, b, passes=PASSES_2):
-    """a (M, K) @ b (K, N) float32 on the bf16 tiles with the given passes -> (M, N) float32."""
-    count = n_parts(passes)
-    ap, bp = pack_rows(a, count), pack_pairs(b, count)
-    c = zeros_aligned((ap.shape[1], bp.shape[2]), np.float32)
-    matmul_kernel(passes)(ap, bp, c)
-    return c[:a.shape[0], :b.shape[1]]
 
 
 _splits = {}
