@@ -18,7 +18,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from dasllama.kernels.quants import F16
-from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows, conv3_windows_rows
+from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows_rows
 from dasllama.kernels.vision import rms_norm_rows
 
 from .siglip import Layer, PreNormTower, Weight, share_out
@@ -59,7 +59,7 @@ class AudioTower(PreNormTower):
         """A float32 (n_mel, 3000) window from audio_mel.mel_windows -> (n_tokens, n_embd_text)."""
         hp = self.hparams
         with threadpool_limits(1):        # BLAS runs single-threaded inside the pool's tiles
-            x = self.conv1(conv3_windows(mel, 1))                               # (3000, n_embd)
+            x = self.conv1(conv3_windows_rows(np.ascontiguousarray(mel.T), 1))  # (3000, n_embd)
             self._on_rows(bias_gelu_erf, x, self.conv1_bias)
             x = self.conv2(conv3_windows_rows(x, 2))                             # (1500, n_embd)
             self._on_rows(bias_gelu_erf, x, self.conv2_bias)

@@ -110,7 +110,8 @@ def bias_gelu_erf_ref(x, bias):
 
 
 def conv3_windows(x, stride):
-    """The input rows of a kernel-3, padding-1 conv1d (ggml's im2col): x (C_in, T) ->
+    """The input rows of a kernel-3, padding-1 conv1d (ggml's im2col), in numpy: the reference
+    conv3_windows_rows is held to. x (C_in, T) ->
     (T_out, C_in * 3), T_out = (T - 1) // stride + 1, each row (channel, tap) as a weight
     (C_out, C_in, 3) flattens, so the conv is one product with that weight's rows."""
     c_in, T = x.shape
