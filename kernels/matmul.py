@@ -233,11 +233,16 @@ def _build_matmul(qtypes=None):
     disk-cache key changes with either (a captured dispatcher would not do: it pickles with a
     random uuid, missing the cache)."""
     qtypes = _all_qtypes() if qtypes is None else frozenset(qtypes)
-    chosen = {key: name for key, name in _active_choices().items() if key[0] in qtypes}
-    selection = ",".join(f"{key}={name}" for key, name in sorted(chosen.items(), key=str))
-    selection += ";qtypes=" + ",".join(map(str, sorted(qtypes)))
     make = formats.compiled(_dispatch_source(qtypes), _active_kernels(qtypes), globals())["make"]
-    return njit(**JIT)(make(selection))
+    return njit(**JIT)(make(_selection(qtypes)))
+
+
+def _selection(qtypes):
+    """The text a generated dispatch keeps as its cache key: the variants in force for
+    `qtypes` and the set itself."""
+    chosen = {key: name for key, name in _active_choices().items() if key[0] in qtypes}
+    return ",".join(f"{key}={name}" for key, name in sorted(chosen.items(), key=str)) + \
+        ";qtypes=" + ",".join(map(str, sorted(qtypes)))
 
 
 _built_fused = {}
@@ -314,9 +319,7 @@ FUSED_DOC = """n_tokens (a few) times up to three matrices of `qtype`, n_cols co
 
 
 def _build_fused(qtypes, fused):
-    chosen = {key: name for key, name in _active_choices().items() if key[0] in qtypes}
-    selection = ",".join(f"{key}={name}" for key, name in sorted(chosen.items(), key=str))
-    selection += ";qtypes=" + ",".join(map(str, sorted(qtypes))) + ";fused=" + ",".join(map(str, sorted(fused)))
+    selection = _selection(qtypes) + ";fused=" + ",".join(map(str, sorted(fused)))
     lines, kernels = _fused_source(qtypes, fused)
     make = formats.compiled(lines, kernels, globals())["make"]
     return njit(**JIT)(make(selection))
