@@ -6,19 +6,23 @@ It offers what synth.synthesize reads from a Piper voice (config, phoneme_ids, a
 the text front end, sentence streaming and the CLI are shared; the "speaker" is a voice name.
 """
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import onnx as onnx_file
 
 from ..runtime.threads import set_threads
 from .espeak import phonemize_kokoro
 from .graph import Graph, GraphError
+from .side_by_side import side_by_side
 
 SAMPLE_RATE = 24000
 INPUTS = ("tokens", "style", "speed")
+_BLAS = ThreadpoolController()
 
 
 class KokoroError(ValueError):
@@ -92,6 +96,7 @@ class KokoroVoice:
     def __init__(self, path, graph, config, n_threads=None, voices_path=None):
         self.path, self.graph, self.config = Path(path), graph, config
         self.n_threads, self.voices_path = n_threads, voices_path
+        self.pool = None                 # audios' workers, made on first use
         self.tokens_input = "tokens" if "tokens" in graph.inputs else "input_ids"
         self.duration_value = _duration_value(graph)
 
@@ -127,6 +132,24 @@ class KokoroVoice:
         """Phoneme ids (framed) -> float32 waveform at 24 kHz; speaker: a voice name."""
         set_threads(self.n_threads)      # numba's count is per calling thread: set where we run
         return self.graph.run(self._feeds(ids, length_scale, speaker))[self.graph.outputs[0]].reshape(-1)
+
+    def audios(self, id_lists, noise_scale=None, length_scale=None, noise_w=None, speaker=None,
+               seed=None):
+        """audio() of each list of ids, in order, side by side (core/tts/side_by_side.py): the
+        first on every thread, the rest one a thread with numba and BLAS held to one each."""
+        n = set_threads(self.n_threads)
+        if n > 1 and self.pool is None:
+            self.pool = ThreadPoolExecutor(n, thread_name_prefix="dasllama-kokoro")
+
+        def run(ids, n_threads):
+            set_threads(n_threads)        # numba's count is per calling thread
+            return self.graph.run(self._feeds(ids, length_scale, speaker))[self.graph.outputs[0]].reshape(-1)
+
+        def first(ids):
+            with _BLAS.limit(limits=n, user_api="blas"):
+                return run(ids, n)
+        with _BLAS.limit(limits=1, user_api="blas"):
+            yield from side_by_side(id_lists, first, lambda ids: run(ids, 1), self.pool if n > 1 else None, n)
 
     def durations_and_audio(self, ids, length_scale=None, speaker=None):
         """(frames per phoneme id (int64), waveform) of one run, the durations traced from the

@@ -3,7 +3,6 @@ The config's phoneme id map turns phonemes into the ids the network reads, frame
 phoneme_ids.py frames them: BOS, then each phoneme's ids followed by the pad id, then EOS."""
 import json
 import os
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +11,7 @@ from threadpoolctl import ThreadpoolController
 
 from dasllama.formats import onnx as onnx_file
 
+from .side_by_side import side_by_side
 from .vits import Vits, VitsError
 
 BOS, EOS, PAD = "^", "$", "_"
@@ -108,35 +108,13 @@ class PiperVoice:
 
     def audios(self, id_lists, noise_scale=None, length_scale=None, noise_w=None, speaker=None,
                seed=None):
-        """audio() of each list of ids, in order: the first on every thread (the first audio
-        soonest), then one sentence a thread, n_threads in flight. A sentence's own work splits
-        over threads poorly (its encoder and duration predictor are short serial runs), whole
-        sentences do not: on 2 threads here (Sapphire Rapids, quiet) 20 sentences took 1.69 s
-        split and 1.19-1.23 s side by side (2026-12-06)."""
+        """audio() of each list of ids, in order, side by side (core/tts/side_by_side.py): on
+        2 threads here (Sapphire Rapids, quiet) 20 sentences took 1.69 s each split over both
+        and 1.19-1.23 s one a thread after the first (2026-12-06)."""
         scales = self._scales(noise_scale, length_scale, noise_w, speaker, seed)
-        pending, rest = deque(), iter(id_lists)
         with _BLAS.limit(limits=1, user_api="blas"):
-            for ids in rest:
-                head = self.net.infer(ids, *scales, self.pool, self.n_threads)
-                break
-            else:
-                return
-            try:
-                for ids in rest:
-                    if self.pool is None:
-                        yield head
-                        head = self.net.infer(ids, *scales)
-                        continue
-                    pending.append(self.pool.submit(self.net.infer, ids, *scales))
-                    if len(pending) == self.n_threads:
-                        yield head
-                        head = pending.popleft().result()
-                yield head
-                while pending:
-                    yield pending.popleft().result()
-            finally:
-                for future in pending:
-                    future.cancel()
+            yield from side_by_side(id_lists, lambda ids: self.net.infer(ids, *scales, self.pool, self.n_threads),
+                                    lambda ids: self.net.infer(ids, *scales), self.pool, self.n_threads)
 
 
 def load_voice(path, n_threads=None, voices_path=None):

@@ -69,6 +69,19 @@ def _wer(ref, hyp):
 
 
 @pytest.mark.slow
+def test_sentences_side_by_side_are_each_sentences_audio(model_path):
+    """audios() runs the first sentence on both threads and the rest one a thread: each comes
+    back in order, bit for bit the audio of that sentence alone."""
+    from dasllama.core.tts import sentence_phonemes
+    voice = load_voice(model_path, n_threads=2)
+    ids = [voice.phoneme_ids(p) for p in sentence_phonemes("Hi. " + " ".join(SENTENCES) + " Fine.", voice)]
+    alone = [voice.audio(i) for i in ids]
+    together = list(voice.audios(ids))
+    assert len(together) == len(alone) == 4
+    assert all(np.array_equal(a, b) for a, b in zip(together, alone))
+
+
+@pytest.mark.slow
 def test_our_whisper_hears_our_kokoro_speech(model_path):
     import soxr
     from dasllama.core.asr.decode import transcribe
