@@ -18,7 +18,7 @@ from tests import whisper_assets
 from tests.assets import or_skip
 
 SENTENCES = whisper_assets.TTS_SENTENCES[:2]
-MAX_ABS_DIFF = 2e-4            # measured <= 7.4e-5 on joe-medium
+MAX_ABS_DIFF = 2e-4            # measured <= 1.6e-4 on joe-medium (the bench's 20 sentences, AMX)
 MIN_SNR_DB = 70.0              # measured >= 87 dB
 
 
