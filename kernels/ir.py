@@ -10,12 +10,23 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
-F32T, F64T, HALF = ir.FloatType(), ir.DoubleType(), ir.HalfType()
+def _named(t):
+    """t with its name computed. llvmlite computes a type's name on first use and keeps it on
+    the object, which changes how the type pickles; numba keys a closure's disk cache on its
+    pickled cells, and a kernel template's types are among them (as the cells or as globals of
+    the intrinsics they hold). Named lazily, a kernel looked up before any IR was built and
+    saved after its own keyed differently: it missed the cache in every process (Kokoro's int8
+    conv and matmul drivers: ~4 s of compiling at each start)."""
+    str(t)
+    return t
+
+
+I8, I16, I32, I64 = (_named(ir.IntType(n)) for n in (8, 16, 32, 64))
+F32T, F64T, HALF = _named(ir.FloatType()), _named(ir.DoubleType()), _named(ir.HalfType())
 
 
 def vec(t, n):
-    return ir.VectorType(t, n)
+    return _named(ir.VectorType(t, n))
 
 
 V32I8, V16I8, V16I16, V8I32, V8F32, V16F32, V16I32 = (
