@@ -142,3 +142,21 @@ def test_the_cache_folder_changes_with_what_the_decode_step_links_in(monkeypatch
         assert (K._source_hash() != before) == moves, name
     monkeypatch.setattr(Path, "read_bytes", read)
     assert K._source_hash() == before
+
+
+def test_ir_types_pickle_the_same_once_ir_is_built():
+    """numba keys a closure's cache on its pickled cells, a kernel template's llvmlite types
+    among them: building IR with them must not change how they pickle (llvmlite keeps a type's
+    name on it once asked), or the key a kernel is looked up under before compiling is not
+    the one it is saved under after, and every process compiles it again."""
+    from llvmlite import ir
+    from numba.core import serialize
+    from dasllama.kernels.ir import I64, vec
+    lanes = vec(I64, 8)
+    before = serialize.dumps((I64, lanes))
+    module = ir.Module()
+    fn = ir.Function(module, ir.FunctionType(lanes, [lanes]), "double_lanes")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.ret(b.add(fn.args[0], fn.args[0]))
+    str(module)
+    assert serialize.dumps((I64, lanes)) == before
