@@ -3,6 +3,7 @@ recurrence in kernels/tts/lstm.py) against their plain int64 references, bit for
 with row tails (outputs not a multiple of the tile's rows), lane tails (tokens or frames not
 a multiple of the vector), sums not a multiple of 4, int8 and uint8 weights with their zero
 points, and the tile variants other CPUs get (8 lanes; plain IR where there is no VNNI)."""
+import numba
 import numpy as np
 import pytest
 
@@ -117,8 +118,11 @@ def test_other_cpus_tiles_are_exact(variant):
 
 @pytest.mark.skipif(not intdot.VNNI, reason="no VNNI on this CPU")
 def test_the_machine_gets_vpdpbusd_where_it_has_it():
-    conv_int(np.zeros((4, 40), np.uint8), 0, int_weights(np.zeros((4, 4, 3), np.uint8), np.uint8(0)), (1, 1))
-    asm = "".join(intdot._run.inspect_asm().values())
+    # compiled here, not loaded from numba's disk cache, whose code numba does not disassemble
+    kernel = numba.njit(**dict(intdot.PAR, cache=False))(intdot._run.py_func)
+    conv_int(np.zeros((4, 40), np.uint8), 0, int_weights(np.zeros((4, 4, 3), np.uint8), np.uint8(0)), (1, 1),
+             kernel=kernel)
+    asm = "".join(kernel.inspect_asm().values())
     assert "vpdpbusd" in asm and ("zmm" in asm) == (intdot.LANES == 16)
 
 
