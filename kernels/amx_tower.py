@@ -32,13 +32,11 @@ from llvmlite import ir
 from numba import njit
 from numba.extending import intrinsic
 
-from . import amx
+from . import amx, tower_rows
 from .actq import quantize_row_q8_0, round_f16
 from .ir import F32T, I8, I32, I64, Gen, f16_to_f32, i64_call, vec
-from .ops import row_max
 from .quants import JIT
 from .simd import _loop
-from .speech.encoder_ops import exp_nonpositive
 
 INT8, BF16 = amx.INT8, amx.BF16
 F16_EXACT = ((0, 0), (1, 0), (1, 1), (0, 1))    # the f16 products exactly: see the docstring
@@ -341,44 +339,10 @@ def pad32(n):
     return (n + 31) // 32 * 32
 
 
-@njit(**JIT, fastmath={"reassoc", "contract"})
-def online_softmax(s, n, p, m, l, o, with_lo):
-    """One key block of the online softmax: s (R, K') the block's scores (the first n real),
-    m (R,) the rows' running maxima, l (R,) their sums of exps, o (R, d') the exp-weighted sums
-    of values so far. A row whose maximum grows rescales its l and o by e^(old - new); p (2, R,
-    K') <- the bf16 parts of e^(s - max) (zeros past n), l += their sum."""
-    for t in range(s.shape[0]):
-        row = s[t]
-        mx = row_max(row, 0, n)
-        if mx > m[t]:
-            alpha = exp_nonpositive(m[t] - mx) if l[t] > 0 else np.float32(0.0)
-            m[t] = mx
-            l[t] *= alpha
-            for c in range(o.shape[1]):
-                o[t, c] *= alpha
-        mt = m[t]
-        total = np.float32(0.0)
-        for k in range(n):                   # two plain loops: numba vectorises each
-            e = exp_nonpositive(row[k] - mt)
-            row[k] = e
-            total += e
-        hi, lo = p[0, t], p[1, t]
-        if with_lo:
-            for k in range(n):
-                hi[k], lo[k] = amx.bf16_hi_lo(row[k])
-        else:
-            for k in range(n):
-                hi[k] = amx.bf16_round(row[k])
-        for k in range(n, s.shape[1]):
-            hi[k] = 0
-            lo[k] = 0
-        l[t] += total
-
-
 def _attention_kernels(pv_passes):
     qk_gemm = amx.bf16_gemm(2, 2, ATT_PASSES)
     pv_gemm = amx.bf16_gemm(2, 2, pv_passes)
-    with_lo = amx.n_parts(pv_passes) > 1
+    softmax = tower_rows.softmax_block(amx.n_parts(pv_passes) > 1)
 
     @njit(**JIT)
     def pack_head(qkv, h, d, scale, qp, kp, vp):
@@ -424,7 +388,8 @@ def _attention_kernels(pv_passes):
                     kp.ctypes.data + (k0 // 16) * k_strip, 64, 1024, k_strip, kp.shape[1] * k_strip, 0, 2 * k_strip,
                     s.ctypes.data, s_rs, 32 * s_rs, 128, zero.ctypes.data, 0, 0, 0,
                     n_kd, 1, q_tile // 32, nb)
-            online_softmax(s, nk, p, m, l, o, with_lo)
+            softmax(s.ctypes.data, s_rs, nk, nb * 32, p.ctypes.data, q_tile * p_rs, p_rs,       # p = e^(s - max)
+                    m.ctypes.data, l.ctypes.data, o.ctypes.data, o_rs, d_pad, q_tile)
             pv_gemm(p.ctypes.data, p_rs, 64, q_tile * p_rs, 0, 32 * p_rs,                     # o += p v
                     vp.ctypes.data + (k0 // 32) * 1024, 64, 1024, v_strip, vp.shape[1] * v_strip, 0, 2 * v_strip,
                     o.ctypes.data, o_rs, 32 * o_rs, 128, o.ctypes.data, o_rs, 32 * o_rs, 128,

@@ -1,0 +1,161 @@
+"""Row passes of the media towers written as explicit 16-lane IR: the loops numba left scalar or
+half-vectorised (its exp with a floor and an int shift, a masked tail, a sum reduction), which
+were the larger part of the towers' attention (the online softmax of kernels/amx_tower.py:
+2.7 cycles a score, the bf16 tiles around it a fraction of that).
+
+Each is an @intrinsic over int64 addresses, strides in bytes, and generated once per variant.
+"""
+from llvmlite import ir
+from numba.extending import intrinsic
+
+from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, vec
+from .simd import _loop
+from .speech import encoder_ops as eo
+
+
+
+class BFloatType(ir.types._BaseFloatType):
+    """LLVM's bfloat, which llvmlite does not spell: `fptrunc` to it is one vcvtneps2bf16
+    (round to nearest even) where AVX512-BF16 is, the six integer ops of amx.bf16_round else."""
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self):
+        return "bfloat"
+
+
+BFloatType._create_instance()
+
+V16F, V16I, V16H, V16B = vec(F32T, 16), vec(I32, 16), vec(I16, 16), vec(BFloatType(), 16)
+
+
+def exp_nonpositive16(g, x):
+    """encoder_ops.exp_nonpositive on 16 lanes: Cephes' expf, x clamped below at _EXP_MIN."""
+    b = g.b
+    c = lambda v: g.c(V16F, float(v))
+    x = g.intr("llvm.maxnum.v16f32", V16F, [x, c(eo._EXP_MIN)])
+    n = g.intr("llvm.floor.v16f32", V16F, [g.fma(x, c(eo._LOG2E), c(eo._HALF))])
+    r = g.fma(n, c(-eo._LN2_LO), g.fma(n, c(-eo._LN2_HI), x))
+    p = c(eo._P0)
+    for coef in (eo._P1, eo._P2, eo._P3, eo._P4, eo._P5):
+        p = g.fma(p, r, c(coef))
+    y = g.fma(b.fmul(p, r), r, b.fadd(r, c(1.0)))
+    scale = b.bitcast(b.shl(b.add(b.fptosi(n, V16I), g.c(V16I, 127)), g.c(V16I, 23)), V16F)
+    return b.fmul(y, scale)
+
+
+def bf16_bits16(g, v):
+    """The bf16 bits (i16 lanes) nearest the 16 floats v, ties to even (amx.bf16_round)."""
+    return g.b.bitcast(g.b.fptrunc(v, V16B), V16H)
+
+
+def bf16_value16(g, h):
+    """The 16 floats of bf16 bits h (i16 lanes)."""
+    return g.b.bitcast(g.b.shl(g.b.zext(h, V16I), g.c(V16I, 16)), V16F)
+
+
+def _reduce(g, v, op):
+    """Lane 0 of a shuffle tree of op over 16 lanes."""
+    n = 16
+    while n > 1:
+        n //= 2
+        v = op(v, g.shuffle(v, v, [n + i if i < n else i for i in range(16)]))
+    return g.b.extract_element(v, g.c(I32, 0))
+
+
+_softmax = {}
+
+
+def softmax_block(with_lo):
+    """numba intrinsic run(s, s_rs, n, n_zero, p, p_part, p_rs, m, l, o, o_rs, n_o, n_rows):
+    one key block of an online softmax over n_rows rows, as amx_tower.online_softmax: scores s
+    (float32, the first n of a row real), the running maxima m and sums l (float32 a row), the
+    exp-weighted sums o (float32, n_o a row, a multiple of 16) rescaled by e^(old - new max);
+    p (uint16, rows p_rs apart) <- the bf16 bits of e^(s - max) (and at p + p_part the rest's,
+    with_lo), zeros on [n, n_zero) (n_zero a multiple of 16); l += the exps' sum."""
+    if with_lo in _softmax:
+        return _softmax[with_lo]
+    name = f"dasllama_tower_softmax_{int(with_lo)}"
+
+    def emit(b, args):
+        g = Gen(b)
+        s, s_rs, n, n_zero, p, p_part, p_rs, m, l, o, o_rs, n_o, n_rows = args
+        s_p, p_p, m_p, l_p, o_p = (b.inttoptr(v, I8.as_pointer()) for v in (s, p, m, l, o))
+        n_full = b.sdiv(n, g.c(I64, 16))
+        tail = b.srem(n, g.c(I64, 16))
+        lane = g.c(V16I, list(range(16)))
+        tail_mask = b.icmp_signed("<", lane, g.splat(b.trunc(tail, I32), 16))
+        neg_inf = g.c(V16F, float("-inf"))
+        zero16, zero_h = g.c(V16F, 0.0), g.c(V16H, 0)
+        vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
+
+        def row(t, acc):
+            s_row = g.at(s_p, b.mul(t, s_rs))
+            hi_row = g.at(p_p, b.mul(t, p_rs))
+            lo_row = g.at(hi_row, p_part)
+            (mx,) = _loop(g, g.c(I64, 0), n_full, [neg_inf],
+                          lambda k, a: [vmax(a[0], g.load(s_row, b.mul(k, g.c(I64, 64)), V16F))])
+            tail_at = b.mul(n_full, g.c(I64, 64))
+            has_tail = b.icmp_signed(">", tail, g.c(I64, 0))
+            tail_s = b.select(tail_mask, g.load(s_row, tail_at, V16F), neg_inf)
+            mx = b.select(has_tail, vmax(mx, tail_s), mx)
+            row_max = _reduce(g, mx, vmax)
+            m_at = b.bitcast(g.at(m_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
+            l_at = b.bitcast(g.at(l_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
+            m_old = b.load(m_at)
+            m_new = g.intr("llvm.maxnum.f32", F32T, [m_old, row_max])
+            alpha = exp_nonpositive16(g, g.splat(b.fsub(m_old, m_new), 16))   # 1 exactly if no new max
+            b.store(m_new, m_at)
+            o_row = g.at(o_p, b.mul(t, o_rs))
+
+            def rescale(c, a):
+                at = b.bitcast(g.at(o_row, b.mul(c, g.c(I64, 64))), V16F.as_pointer())
+                v = b.load(at)
+                v.align = 4
+                b.store(b.fmul(v, alpha), at).align = 4
+                return a
+
+            _loop(g, g.c(I64, 0), b.sdiv(n_o, g.c(I64, 16)), [g.c(I64, 0)], rescale)
+            m_vec = g.splat(m_new, 16)
+
+            def put(k, e):
+                hi = bf16_bits16(g, e)
+                b.store(hi, b.bitcast(g.at(hi_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+                if with_lo:
+                    rest = b.fsub(e, bf16_value16(g, hi))
+                    b.store(bf16_bits16(g, rest),
+                            b.bitcast(g.at(lo_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+
+            def chunk(k, a):
+                e = exp_nonpositive16(g, b.fsub(g.load(s_row, b.mul(k, g.c(I64, 64)), V16F), m_vec))
+                put(k, e)
+                return [b.fadd(a[0], e)]
+
+            (total,) = _loop(g, g.c(I64, 0), n_full, [zero16], chunk)
+            e_tail = b.select(tail_mask, exp_nonpositive16(g, b.fsub(g.load(s_row, tail_at, V16F), m_vec)), zero16)
+            e_tail = b.select(has_tail, e_tail, zero16)
+            total = b.fadd(total, e_tail)
+            n_done = b.add(n_full, b.zext(has_tail, I64))
+            with b.if_then(has_tail):
+                put(n_full, e_tail)
+
+            def clear(k, a):
+                b.store(zero_h, b.bitcast(g.at(hi_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+                b.store(zero_h, b.bitcast(g.at(lo_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+                return a
+
+            _loop(g, n_done, b.sdiv(n_zero, g.c(I64, 16)), [g.c(I64, 0)], clear)
+            sum_ = _reduce(g, total, b.fadd)
+            alpha0 = b.extract_element(alpha, g.c(I32, 0))
+            b.store(b.fadd(b.fmul(b.load(l_at), alpha0), sum_), l_at)
+            return acc
+
+        _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+    @intrinsic
+    def run(typingctx, s, s_rs, n, n_zero, p, p_part, p_rs, m, l, o, o_rs, n_o, n_rows):
+        return i64_call(13, name, emit)
+
+    run._set_uuid(f"dasllama.tower_rows.{name}")
+    _softmax[with_lo] = run
+    return run
