@@ -184,6 +184,9 @@ def _store(tiles, out, bias):
             out[t, r] = tiles[t, r] + bias[r] if with_bias else tiles[t, r]
 
 
+quantize_rows = tower_rows.quantize_q8_0_rows()
+
+
 @njit(**JIT)
 def _q8_tiles(x, wq, wd, xq, xd, tiles):
     """tiles (T', N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
@@ -191,8 +194,7 @@ def _q8_tiles(x, wq, wd, xq, xd, tiles):
     n_tok, n_cols = x.shape
     n_kb = n_cols // BLOCK
     t_pad, n_pad = tiles.shape
-    for t in range(n_tok):
-        quantize_row_q8_0(x[t], xq[t], xd[t], xd[t], False)
+    quantize_rows(x.ctypes.data, n_cols * 4, xq.ctypes.data, n_cols, xd.ctypes.data, n_kb * 4, n_kb, n_tok)
     strip = n_kb * B_TILE
     for nt in range(n_pad // SPAN):
         w0 = wq.ctypes.data + 2 * nt * strip

@@ -4,6 +4,7 @@ import pytest
 from numba import njit
 
 from dasllama.kernels import tower_rows
+from dasllama.kernels.actq import quantize_row_q8_0
 
 
 def bf16_float(bits):
@@ -43,3 +44,28 @@ def test_softmax_block_matches_reference(n, with_lo):
     got = bf16_float(p[0, :, :n]) + (bf16_float(p[1, :, :n]) if with_lo else 0)
     assert np.abs(got - e).max() <= e.max() * (2.0 ** -16 if with_lo else 2.0 ** -8)
     assert not p[0, :, n:n_zero].any() and (not with_lo or not p[1, :, n:n_zero].any())
+
+
+def test_quantize_q8_0_rows_is_ggmls_to_the_bit():
+    """Rows over six decades of scale, an all-zero block, ties at .5 and a lone value: the
+    int8 quants and the f16-rounded scales equal actq.quantize_row_q8_0's."""
+    run = tower_rows.quantize_q8_0_rows()
+
+    @njit
+    def call(x, xq, xd):
+        run(x.ctypes.data, x.strides[0], xq.ctypes.data, xq.strides[0], xd.ctypes.data, xd.strides[0],
+            x.shape[1] // 32, x.shape[0])
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((40, 256)) * np.exp(rng.standard_normal((40, 1)) * 3)).astype(np.float32)
+    x[0, :32] = 0
+    x[1, :32] = np.arange(32) - 15.5             # x * 127 / 16.5 lands on halves
+    x[2, 32:64] = 0
+    x[2, 40] = -3.0
+    xq, xd = np.ones(x.shape, np.int8), np.ones((40, 8), np.float32)
+    ref_q, ref_d = np.zeros_like(xq), np.zeros_like(xd)
+    for t in range(len(x)):
+        quantize_row_q8_0(x[t], ref_q[t], ref_d[t], ref_d[t], False)
+    call(x, xq, xd)
+    assert np.array_equal(xq, ref_q)
+    assert np.array_equal(xd.view(np.uint32), ref_d.view(np.uint32))
