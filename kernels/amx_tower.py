@@ -54,11 +54,11 @@ TILE_SHAPES = [(16, 64)] * 4 + [(16, 32)] * 2 + [(8, 64)] * 2   # C 0-3, A 4-5 (
 
 
 def _emit_q8_tile(b, args):
-    """tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb): see q8_tile."""
+    """tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out): see q8_tile."""
     g = Gen(b)
-    xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb = args
+    xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out = args
     ptr = lambda v: b.inttoptr(v, I8.as_pointer())
-    xq_p, xd_p, wq_p, wd_p, out_p = map(ptr, (xq, xd, wq, wd, out))
+    xq_p, xd_p, wq_p, wd_p, out_p, bias_p = map(ptr, (xq, xd, wq, wd, out, bias))
     void = ir.VoidType()
     amx.configure(g, TILE_SHAPES)
     acc = b.alloca(ir.ArrayType(F32T, SPAN * SPAN))          # (token, output) float32
@@ -111,20 +111,23 @@ def _emit_q8_tile(b, args):
 
     _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
     g.intr("llvm.x86.tilerelease", void, [])
+    bias_v = [g.load(bias_p, 64 * j, V16F) for j in range(2)]
     for r in range(SPAN):
-        for j in range(2):
-            v = b.load(b.bitcast(g.at(acc_p, (r * SPAN + 16 * j) * 4), V16F.as_pointer()))
-            o = b.bitcast(g.at(out_p, b.add(b.mul(g.c(I64, r), out_rs), g.c(I64, 64 * j))), V16F.as_pointer())
-            b.store(v, o).align = 4
+        with b.if_then(b.icmp_signed("<", g.c(I64, r), n_out)):
+            for j in range(2):
+                v = b.load(b.bitcast(g.at(acc_p, (r * SPAN + 16 * j) * 4), V16F.as_pointer()))
+                o = b.bitcast(g.at(out_p, b.add(b.mul(g.c(I64, r), out_rs), g.c(I64, 64 * j))), V16F.as_pointer())
+                b.store(b.fadd(v, bias_v[j]), o).align = 4
 
 
 @intrinsic
-def q8_tile(typingctx, xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb):
-    """out (32 tokens x 32 outputs float32, rows out_rs bytes apart) = the Q8_0 product of
-    the tokens' quants xq (int8, rows x_rs apart; 32 n_kb of them) with scales xd (float32 a
-    block, rows xd_rs apart) and two 16-output strips of pack_q8_0's tiles at wq (scales at
-    wd), the second n_kb * 512 bytes (n_kb * 64 of scales) after the first."""
-    return i64_call(9, "dasllama_amx_q8_tile", _emit_q8_tile)
+def q8_tile(typingctx, xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out):
+    """out (the first n_out of 32 tokens x 32 outputs float32, rows out_rs bytes apart) = the
+    Q8_0 product of the tokens' quants xq (int8, rows x_rs apart; 32 n_kb of them) with scales
+    xd (float32 a block, rows xd_rs apart) and two 16-output strips of pack_q8_0's tiles at wq
+    (scales at wd), the second n_kb * 512 bytes (n_kb * 64 of scales) after the first, plus
+    the 32 float32 at bias."""
+    return i64_call(11, "dasllama_amx_q8_tile", _emit_q8_tile)
 
 
 q8_tile._set_uuid("dasllama.amx_tower.q8_tile")     # stable across processes: see simd.py
@@ -188,20 +191,23 @@ quantize_rows = tower_rows.quantize_q8_0_rows()
 
 
 @njit(**JIT)
-def _q8_tiles(x, wq, wd, xq, xd, tiles):
-    """tiles (T', N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
-    packed Q8_0 matrix; rows past T are the scratch's (left from before: not read back)."""
+def _q8_tiles(x, wq, wd, xq, xd, out, bias):
+    """out (T, N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
+    packed Q8_0 matrix, + bias (N',); N' the packed outputs (a multiple of 32); xq's rows
+    past T are the scratch's (left from before: not written out)."""
     n_tok, n_cols = x.shape
     n_kb = n_cols // BLOCK
-    t_pad, n_pad = tiles.shape
+    n_pad = wq.shape[0] * TILE
     quantize_rows(x.ctypes.data, n_cols * 4, xq.ctypes.data, n_cols, xd.ctypes.data, n_kb * 4, n_kb, n_tok)
     strip = n_kb * B_TILE
+    out_rs = out.strides[0]
     for nt in range(n_pad // SPAN):
         w0 = wq.ctypes.data + 2 * nt * strip
         d0 = wd.ctypes.data + 2 * nt * n_kb * 64
-        for mt in range(t_pad // SPAN):
+        for mt in range((n_tok + SPAN - 1) // SPAN):
             q8_tile(xq.ctypes.data + mt * SPAN * n_cols, n_cols, xd.ctypes.data + mt * SPAN * n_kb * 4,
-                    n_kb * 4, w0, d0, tiles.ctypes.data + (mt * SPAN * n_pad + nt * SPAN) * 4, n_pad * 4, n_kb)
+                    n_kb * 4, w0, d0, out.ctypes.data + mt * SPAN * out_rs + nt * SPAN * 4, out_rs, n_kb,
+                    bias.ctypes.data + nt * SPAN * 4, min(SPAN, n_tok - mt * SPAN))
 
 
 _NO_BIAS = np.zeros(0, np.float32)
@@ -210,15 +216,20 @@ _NO_BIAS = np.zeros(0, np.float32)
 def q8_matmul(x, wq, wd, n_rows, out=None, bias=None):
     """out (T, n_rows) float32 (made if None) = x (T, K) times the packed Q8_0 matrix
     (pack_q8_0's), x quantised to Q8_0 first, + bias (n_rows,) if given; single-threaded
-    (the tower's pool shares tokens out)."""
+    (the tower's pool shares tokens out). Where n_rows is the packed width (a multiple of
+    32) the tiles write out directly, else a scratch that is copied."""
     x = np.ascontiguousarray(x)
     n_tok, n_cols = x.shape
     t_pad, n_pad = -(-n_tok // SPAN) * SPAN, wq.shape[0] * TILE
-    xq, xd, tiles = _buffers(("q8", t_pad, n_cols, n_pad), lambda: (
+    xq, xd, zeros = _buffers(("q8", t_pad, n_cols, n_pad), lambda: (
         amx.zeros_aligned((t_pad, n_cols), np.int8), np.zeros((t_pad, n_cols // BLOCK), np.float32),
-        amx.zeros_aligned((t_pad, n_pad), np.float32)))
-    _q8_tiles(x, wq, wd, xq, xd, tiles)
+        np.zeros(n_pad, np.float32)))
     out = np.empty((n_tok, n_rows), np.float32) if out is None else out
+    if n_rows == n_pad and out.strides[1] == 4:
+        _q8_tiles(x, wq, wd, xq, xd, out, zeros if bias is None else np.ascontiguousarray(bias, np.float32))
+        return out
+    (tiles,) = _buffers(("q8 tiles", t_pad, n_pad), lambda: (amx.zeros_aligned((t_pad, n_pad), np.float32),))
+    _q8_tiles(x, wq, wd, xq, xd, tiles, zeros)
     _store(tiles, out, _NO_BIAS if bias is None else bias)
     return out
 
