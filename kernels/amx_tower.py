@@ -53,7 +53,10 @@ V16I = vec(I32, 16)
 TILE_SHAPES = [(16, 64)] * 4 + [(16, 32)] * 2 + [(8, 64)] * 2   # C 0-3, A 4-5 (16 x 32 bytes), B 6-7
 
 
-def _emit_q8_tile(b, args):
+EPILOGUES = ("bias", "residual", "gelu_erf")   # y = acc + bias as stored; out + y; GELU(y)
+
+
+def _emit_q8_tile(epilogue, b, args):
     """tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out): see q8_tile."""
     g = Gen(b)
     xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out = args
@@ -117,20 +120,32 @@ def _emit_q8_tile(b, args):
             for j in range(2):
                 v = b.load(b.bitcast(g.at(acc_p, (r * SPAN + 16 * j) * 4), V16F.as_pointer()))
                 o = b.bitcast(g.at(out_p, b.add(b.mul(g.c(I64, r), out_rs), g.c(I64, 64 * j))), V16F.as_pointer())
-                b.store(b.fadd(v, bias_v[j]), o).align = 4
+                y = b.fadd(v, bias_v[j])
+                if epilogue == "residual":
+                    before = b.load(o)
+                    before.align = 4
+                    y = b.fadd(before, y)
+                elif epilogue == "gelu_erf":
+                    y = tower_rows.gelu_erf16(g, y)
+                b.store(y, o).align = 4
 
 
-@intrinsic
-def q8_tile(typingctx, xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out):
-    """out (the first n_out of 32 tokens x 32 outputs float32, rows out_rs bytes apart) = the
+def q8_tile(epilogue):
+    """numba intrinsic tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out): out
+    (the first n_out of 32 tokens x 32 outputs float32, rows out_rs bytes apart) <- y, the
     Q8_0 product of the tokens' quants xq (int8, rows x_rs apart; 32 n_kb of them) with scales
     xd (float32 a block, rows xd_rs apart) and two 16-output strips of pack_q8_0's tiles at wq
     (scales at wd), the second n_kb * 512 bytes (n_kb * 64 of scales) after the first, plus
-    the 32 float32 at bias."""
-    return i64_call(11, "dasllama_amx_q8_tile", _emit_q8_tile)
+    the 32 float32 at bias; or out + y ("residual"), or GELU-erf(y) ("gelu_erf"): the pass a
+    tower would make over y next, while it is in registers."""
+    name = f"dasllama_amx_q8_tile_{epilogue}"
 
+    @intrinsic
+    def tile(typingctx, xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out):
+        return i64_call(11, name, lambda b, args: _emit_q8_tile(epilogue, b, args))
 
-q8_tile._set_uuid("dasllama.amx_tower.q8_tile")     # stable across processes: see simd.py
+    tile._set_uuid(f"dasllama.amx_tower.{name}")     # stable across processes: see simd.py
+    return tile
 
 
 # --- packing ---------------------------------------------------------------------------------
@@ -190,34 +205,43 @@ def _store(tiles, out, bias):
 quantize_rows = tower_rows.quantize_q8_0_rows()
 
 
-@njit(**JIT)
-def _q8_tiles(x, wq, wd, xq, xd, out, bias):
-    """out (T, N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
-    packed Q8_0 matrix, + bias (N',); N' the packed outputs (a multiple of 32); xq's rows
-    past T are the scratch's (left from before: not written out)."""
-    n_tok, n_cols = x.shape
-    n_kb = n_cols // BLOCK
-    n_pad = wq.shape[0] * TILE
-    quantize_rows(x.ctypes.data, n_cols * 4, xq.ctypes.data, n_cols, xd.ctypes.data, n_kb * 4, n_kb, n_tok)
-    strip = n_kb * B_TILE
-    out_rs = out.strides[0]
-    for nt in range(n_pad // SPAN):
-        w0 = wq.ctypes.data + 2 * nt * strip
-        d0 = wd.ctypes.data + 2 * nt * n_kb * 64
-        for mt in range((n_tok + SPAN - 1) // SPAN):
-            q8_tile(xq.ctypes.data + mt * SPAN * n_cols, n_cols, xd.ctypes.data + mt * SPAN * n_kb * 4,
-                    n_kb * 4, w0, d0, out.ctypes.data + mt * SPAN * out_rs + nt * SPAN * 4, out_rs, n_kb,
-                    bias.ctypes.data + nt * SPAN * 4, min(SPAN, n_tok - mt * SPAN))
+def _q8_driver(epilogue):
+    tile = q8_tile(epilogue)
+
+    @njit(**JIT)
+    def run(x, wq, wd, xq, xd, out, bias):
+        """out (T, N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
+        packed Q8_0 matrix, + bias (N',), through the epilogue; N' the packed outputs (a
+        multiple of 32); xq's rows past T are the scratch's (left from before: not written out)."""
+        n_tok, n_cols = x.shape
+        n_kb = n_cols // BLOCK
+        n_pad = wq.shape[0] * TILE
+        quantize_rows(x.ctypes.data, n_cols * 4, xq.ctypes.data, n_cols, xd.ctypes.data, n_kb * 4, n_kb, n_tok)
+        strip = n_kb * B_TILE
+        out_rs = out.strides[0]
+        for nt in range(n_pad // SPAN):
+            w0 = wq.ctypes.data + 2 * nt * strip
+            d0 = wd.ctypes.data + 2 * nt * n_kb * 64
+            for mt in range((n_tok + SPAN - 1) // SPAN):
+                tile(xq.ctypes.data + mt * SPAN * n_cols, n_cols, xd.ctypes.data + mt * SPAN * n_kb * 4,
+                     n_kb * 4, w0, d0, out.ctypes.data + mt * SPAN * out_rs + nt * SPAN * 4, out_rs, n_kb,
+                     bias.ctypes.data + nt * SPAN * 4, min(SPAN, n_tok - mt * SPAN))
+
+    return run
+
+
+_q8_tiles = {e: _q8_driver(e) for e in EPILOGUES}
 
 
 _NO_BIAS = np.zeros(0, np.float32)
 
 
-def q8_matmul(x, wq, wd, n_rows, out=None, bias=None):
-    """out (T, n_rows) float32 (made if None) = x (T, K) times the packed Q8_0 matrix
-    (pack_q8_0's), x quantised to Q8_0 first, + bias (n_rows,) if given; single-threaded
-    (the tower's pool shares tokens out). Where n_rows is the packed width (a multiple of
-    32) the tiles write out directly, else a scratch that is copied."""
+def q8_matmul(x, wq, wd, n_rows, out=None, bias=None, epilogue="bias"):
+    """out (T, n_rows) float32 (made if None) = y, x (T, K) times the packed Q8_0 matrix
+    (pack_q8_0's), x quantised to Q8_0 first, + bias (n_rows,) if given; or out + y
+    ("residual"), or GELU-erf(y) ("gelu_erf"); single-threaded (the tower's pool shares
+    tokens out). Where n_rows is the packed width (a multiple of 32) the tiles write out
+    directly, else a scratch that is copied."""
     x = np.ascontiguousarray(x)
     n_tok, n_cols = x.shape
     t_pad, n_pad = -(-n_tok // SPAN) * SPAN, wq.shape[0] * TILE
@@ -226,11 +250,16 @@ def q8_matmul(x, wq, wd, n_rows, out=None, bias=None):
         np.zeros(n_pad, np.float32)))
     out = np.empty((n_tok, n_rows), np.float32) if out is None else out
     if n_rows == n_pad and out.strides[1] == 4:
-        _q8_tiles(x, wq, wd, xq, xd, out, zeros if bias is None else np.ascontiguousarray(bias, np.float32))
+        _q8_tiles[epilogue](x, wq, wd, xq, xd, out, zeros if bias is None else np.ascontiguousarray(bias, np.float32))
         return out
     (tiles,) = _buffers(("q8 tiles", t_pad, n_pad), lambda: (amx.zeros_aligned((t_pad, n_pad), np.float32),))
-    _q8_tiles(x, wq, wd, xq, xd, tiles, zeros)
-    _store(tiles, out, _NO_BIAS if bias is None else bias)
+    _q8_tiles["bias"](x, wq, wd, xq, xd, tiles, zeros)
+    y = np.empty_like(out) if epilogue == "residual" else out
+    _store(tiles, y, _NO_BIAS if bias is None else bias)
+    if epilogue == "residual":
+        out += y
+    elif epilogue == "gelu_erf":
+        tower_rows.bias_gelu_erf_rows(out, zeros)
     return out
 
 

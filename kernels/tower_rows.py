@@ -239,6 +239,13 @@ def _erf16(g, x):
     return b.select(b.fcmp_ordered("<", ax, c(1.0)), near, far)
 
 
+def gelu_erf16(g, v):
+    """0.5 v (1 + erf(v / sqrt 2)) on 16 lanes, as encoder_ops.bias_gelu_erf after its bias."""
+    b = g.b
+    erf = _erf16(g, b.fmul(v, g.c(V16F, float(eo._SQRT_2_INV))))
+    return b.fmul(b.fmul(g.c(V16F, 0.5), v), b.fadd(g.c(V16F, 1.0), erf))
+
+
 def bias_gelu_erf16():
     """numba intrinsic run(x, x_rs, bias, n16, n_rows): encoder_ops.bias_gelu_erf in place on
     the first 16 n16 columns of n_rows float32 rows (x_rs bytes apart), bias float32."""
@@ -257,9 +264,7 @@ def bias_gelu_erf16():
             def chunk(k, acc):
                 off = b.mul(k, g.c(I64, 64))
                 v = b.fadd(g.load(x_row, off, V16F), g.load(b_p, off, V16F))
-                erf = _erf16(g, b.fmul(v, g.c(V16F, float(eo._SQRT_2_INV))))
-                y = b.fmul(b.fmul(g.c(V16F, 0.5), v), b.fadd(g.c(V16F, 1.0), erf))
-                b.store(y, b.bitcast(g.at(x_row, off), V16F.as_pointer())).align = 4
+                b.store(gelu_erf16(g, v), b.bitcast(g.at(x_row, off), V16F.as_pointer())).align = 4
                 return acc
 
             _loop(g, g.c(I64, 0), n16, [g.c(I64, 0)], chunk)

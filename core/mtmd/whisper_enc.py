@@ -44,6 +44,8 @@ class AudioTower(PreNormTower):
         self.conv2, self.conv2_bias = _conv(mm, 2)
         self.pos = mm.f32("a.position_embd.weight")                              # (n_pos_max, n_embd)
         self.layers = [Layer(mm, f"a.blk.{il}.") for il in range(hp.n_layer)]
+        for layer in self.layers:
+            layer.up.fuse_gelu_erf(layer.up_bias)
         self.post_ln = mm.f32("a.post_ln.weight"), mm.f32("a.post_ln.bias")
         if hp.projector == "qwen2a":
             self.fc = Weight(*mm.matrix("mm.a.fc.weight"), mm.f32("mm.a.fc.bias"))

@@ -36,6 +36,28 @@ def test_q8_0_amx_product_matches_reference(n_tok, n_cols, n_rows):
     assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+@needs_amx
+@pytest.mark.parametrize("n_rows", [64, 48])
+def test_q8_0_epilogues_are_the_passes_they_replace(n_rows):
+    """The residual and GELU epilogues give what the plain product and the pass after it
+    give, to the bit, on the tiles' own stores (64 outputs) and through the scratch (48)."""
+    from dasllama.kernels.tower_rows import bias_gelu_erf_rows
+    rng = np.random.default_rng(n_rows)
+    n_tok, n_cols = 40, 64
+    packed = amx_tower.pack_q8_0(q8_0_rows(rng, n_rows, n_cols).reshape(-1), n_rows, n_cols)
+    x = rng.standard_normal((n_tok, n_cols)).astype(np.float32)
+    bias = rng.standard_normal(n_rows).astype(np.float32)
+    y = amx_tower.q8_matmul(x, *packed, n_rows, bias=bias)
+    stream = rng.standard_normal((n_tok, n_rows)).astype(np.float32)
+    summed = stream.copy()
+    amx_tower.q8_matmul(x, *packed, n_rows, out=summed, bias=bias, epilogue="residual")
+    assert np.array_equal(summed, stream + y)
+    gelu = amx_tower.q8_matmul(x, *packed, n_rows, bias=bias, epilogue="gelu_erf")
+    ref = amx_tower.q8_matmul(x, *packed, n_rows)
+    bias_gelu_erf_rows(ref, bias)
+    assert np.array_equal(gelu, ref)
+
+
 @pytest.mark.skipif(not amx_tower.BF16, reason="AMX-BF16 is not granted on this host")
 @pytest.mark.parametrize("n_tok, n_cols, n_rows", [(1, 32, 16), (37, 100, 48), (70, 333, 45)])
 @pytest.mark.parametrize("passes", ["F16_EXACT", "F16_PASSES"])
