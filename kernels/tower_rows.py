@@ -15,7 +15,6 @@ from .simd import _loop
 from .speech import encoder_ops as eo
 
 
-
 class BFloatType(ir.types._BaseFloatType):
     """LLVM's bfloat, which llvmlite does not spell: `fptrunc` to it is one vcvtneps2bf16
     (round to nearest even) where AVX512-BF16 is, the six integer ops of amx.bf16_round else."""
@@ -28,7 +27,7 @@ class BFloatType(ir.types._BaseFloatType):
 
 BFloatType._create_instance()
 
-V16F, V16I, V16H, V16B = vec(F32T, 16), vec(I32, 16), vec(I16, 16), vec(BFloatType(), 16)
+V16F, V16I, V16H, V16B, V16B8 = vec(F32T, 16), vec(I32, 16), vec(I16, 16), vec(BFloatType(), 16), vec(I8, 16)
 
 
 def exp_nonpositive16(g, x):
@@ -68,9 +67,90 @@ def _reduce(g, v, op):
 _softmax = {}
 
 
+def _emit_softmax(with_lo, b, args):
+    """The body of softmax_block's function. The emitters are module functions, so an
+    intrinsic's pickled form (its closure: a name, a flag) is the same before and after it is
+    compiled, and the numba cache key of a kernel that calls it is too (a nested emitter drags
+    in the IR types, which cache their text once printed: the attention's tile missed the cache
+    in every process)."""
+    g = Gen(b)
+    s, s_rs, n, n_zero, p, p_part, p_rs, m, l, o, o_rs, n_o, n_rows = args
+    s_p, p_p, m_p, l_p, o_p = (b.inttoptr(v, I8.as_pointer()) for v in (s, p, m, l, o))
+    n_full = b.sdiv(n, g.c(I64, 16))
+    tail = b.srem(n, g.c(I64, 16))
+    lane = g.c(V16I, list(range(16)))
+    tail_mask = b.icmp_signed("<", lane, g.splat(b.trunc(tail, I32), 16))
+    neg_inf = g.c(V16F, float("-inf"))
+    zero16, zero_h = g.c(V16F, 0.0), g.c(V16H, 0)
+    vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
+
+    def row(t, acc):
+        s_row = g.at(s_p, b.mul(t, s_rs))
+        hi_row = g.at(p_p, b.mul(t, p_rs))
+        lo_row = g.at(hi_row, p_part)
+        (mx,) = _loop(g, g.c(I64, 0), n_full, [neg_inf],
+                      lambda k, a: [vmax(a[0], g.load(s_row, b.mul(k, g.c(I64, 64)), V16F))])
+        tail_at = b.mul(n_full, g.c(I64, 64))
+        has_tail = b.icmp_signed(">", tail, g.c(I64, 0))
+        tail_s = b.select(tail_mask, g.load(s_row, tail_at, V16F), neg_inf)
+        mx = b.select(has_tail, vmax(mx, tail_s), mx)
+        row_max = _reduce(g, mx, vmax)
+        m_at = b.bitcast(g.at(m_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
+        l_at = b.bitcast(g.at(l_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
+        m_old = b.load(m_at)
+        m_new = g.intr("llvm.maxnum.f32", F32T, [m_old, row_max])
+        alpha = exp_nonpositive16(g, g.splat(b.fsub(m_old, m_new), 16))   # 1 exactly if no new max
+        b.store(m_new, m_at)
+        o_row = g.at(o_p, b.mul(t, o_rs))
+
+        def rescale(c, a):
+            at = b.bitcast(g.at(o_row, b.mul(c, g.c(I64, 64))), V16F.as_pointer())
+            v = b.load(at)
+            v.align = 4
+            b.store(b.fmul(v, alpha), at).align = 4
+            return a
+
+        _loop(g, g.c(I64, 0), b.sdiv(n_o, g.c(I64, 16)), [g.c(I64, 0)], rescale)
+        m_vec = g.splat(m_new, 16)
+
+        def put(k, e):
+            hi = bf16_bits16(g, e)
+            b.store(hi, b.bitcast(g.at(hi_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+            if with_lo:
+                rest = b.fsub(e, bf16_value16(g, hi))
+                b.store(bf16_bits16(g, rest),
+                        b.bitcast(g.at(lo_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+
+        def chunk(k, a):
+            e = exp_nonpositive16(g, b.fsub(g.load(s_row, b.mul(k, g.c(I64, 64)), V16F), m_vec))
+            put(k, e)
+            return [b.fadd(a[0], e)]
+
+        (total,) = _loop(g, g.c(I64, 0), n_full, [zero16], chunk)
+        e_tail = b.select(tail_mask, exp_nonpositive16(g, b.fsub(g.load(s_row, tail_at, V16F), m_vec)), zero16)
+        e_tail = b.select(has_tail, e_tail, zero16)
+        total = b.fadd(total, e_tail)
+        n_done = b.add(n_full, b.zext(has_tail, I64))
+        with b.if_then(has_tail):
+            put(n_full, e_tail)
+
+        def clear(k, a):
+            b.store(zero_h, b.bitcast(g.at(hi_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+            b.store(zero_h, b.bitcast(g.at(lo_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
+            return a
+
+        _loop(g, n_done, b.sdiv(n_zero, g.c(I64, 16)), [g.c(I64, 0)], clear)
+        sum_ = _reduce(g, total, b.fadd)
+        alpha0 = b.extract_element(alpha, g.c(I32, 0))
+        b.store(b.fadd(b.fmul(b.load(l_at), alpha0), sum_), l_at)
+        return acc
+
+    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
 def softmax_block(with_lo):
     """numba intrinsic run(s, s_rs, n, n_zero, p, p_part, p_rs, m, l, o, o_rs, n_o, n_rows):
-    one key block of an online softmax over n_rows rows, as amx_tower.online_softmax: scores s
+    one key block of flash attention's online softmax over n_rows rows: scores s
     (float32, the first n of a row real), the running maxima m and sums l (float32 a row), the
     exp-weighted sums o (float32, n_o a row, a multiple of 16) rescaled by e^(old - new max);
     p (uint16, rows p_rs apart) <- the bf16 bits of e^(s - max) (and at p + p_part the rest's,
@@ -79,84 +159,9 @@ def softmax_block(with_lo):
         return _softmax[with_lo]
     name = f"dasllama_tower_softmax_{int(with_lo)}"
 
-    def emit(b, args):
-        g = Gen(b)
-        s, s_rs, n, n_zero, p, p_part, p_rs, m, l, o, o_rs, n_o, n_rows = args
-        s_p, p_p, m_p, l_p, o_p = (b.inttoptr(v, I8.as_pointer()) for v in (s, p, m, l, o))
-        n_full = b.sdiv(n, g.c(I64, 16))
-        tail = b.srem(n, g.c(I64, 16))
-        lane = g.c(V16I, list(range(16)))
-        tail_mask = b.icmp_signed("<", lane, g.splat(b.trunc(tail, I32), 16))
-        neg_inf = g.c(V16F, float("-inf"))
-        zero16, zero_h = g.c(V16F, 0.0), g.c(V16H, 0)
-        vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
-
-        def row(t, acc):
-            s_row = g.at(s_p, b.mul(t, s_rs))
-            hi_row = g.at(p_p, b.mul(t, p_rs))
-            lo_row = g.at(hi_row, p_part)
-            (mx,) = _loop(g, g.c(I64, 0), n_full, [neg_inf],
-                          lambda k, a: [vmax(a[0], g.load(s_row, b.mul(k, g.c(I64, 64)), V16F))])
-            tail_at = b.mul(n_full, g.c(I64, 64))
-            has_tail = b.icmp_signed(">", tail, g.c(I64, 0))
-            tail_s = b.select(tail_mask, g.load(s_row, tail_at, V16F), neg_inf)
-            mx = b.select(has_tail, vmax(mx, tail_s), mx)
-            row_max = _reduce(g, mx, vmax)
-            m_at = b.bitcast(g.at(m_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
-            l_at = b.bitcast(g.at(l_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
-            m_old = b.load(m_at)
-            m_new = g.intr("llvm.maxnum.f32", F32T, [m_old, row_max])
-            alpha = exp_nonpositive16(g, g.splat(b.fsub(m_old, m_new), 16))   # 1 exactly if no new max
-            b.store(m_new, m_at)
-            o_row = g.at(o_p, b.mul(t, o_rs))
-
-            def rescale(c, a):
-                at = b.bitcast(g.at(o_row, b.mul(c, g.c(I64, 64))), V16F.as_pointer())
-                v = b.load(at)
-                v.align = 4
-                b.store(b.fmul(v, alpha), at).align = 4
-                return a
-
-            _loop(g, g.c(I64, 0), b.sdiv(n_o, g.c(I64, 16)), [g.c(I64, 0)], rescale)
-            m_vec = g.splat(m_new, 16)
-
-            def put(k, e):
-                hi = bf16_bits16(g, e)
-                b.store(hi, b.bitcast(g.at(hi_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
-                if with_lo:
-                    rest = b.fsub(e, bf16_value16(g, hi))
-                    b.store(bf16_bits16(g, rest),
-                            b.bitcast(g.at(lo_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
-
-            def chunk(k, a):
-                e = exp_nonpositive16(g, b.fsub(g.load(s_row, b.mul(k, g.c(I64, 64)), V16F), m_vec))
-                put(k, e)
-                return [b.fadd(a[0], e)]
-
-            (total,) = _loop(g, g.c(I64, 0), n_full, [zero16], chunk)
-            e_tail = b.select(tail_mask, exp_nonpositive16(g, b.fsub(g.load(s_row, tail_at, V16F), m_vec)), zero16)
-            e_tail = b.select(has_tail, e_tail, zero16)
-            total = b.fadd(total, e_tail)
-            n_done = b.add(n_full, b.zext(has_tail, I64))
-            with b.if_then(has_tail):
-                put(n_full, e_tail)
-
-            def clear(k, a):
-                b.store(zero_h, b.bitcast(g.at(hi_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
-                b.store(zero_h, b.bitcast(g.at(lo_row, b.mul(k, g.c(I64, 32))), V16H.as_pointer())).align = 2
-                return a
-
-            _loop(g, n_done, b.sdiv(n_zero, g.c(I64, 16)), [g.c(I64, 0)], clear)
-            sum_ = _reduce(g, total, b.fadd)
-            alpha0 = b.extract_element(alpha, g.c(I32, 0))
-            b.store(b.fadd(b.fmul(b.load(l_at), alpha0), sum_), l_at)
-            return acc
-
-        _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
-
     @intrinsic
     def run(typingctx, s, s_rs, n, n_zero, p, p_part, p_rs, m, l, o, o_rs, n_o, n_rows):
-        return i64_call(13, name, emit)
+        return i64_call(13, name, lambda b, args: _emit_softmax(with_lo, b, args))
 
     run._set_uuid(f"dasllama.tower_rows.{name}")
     _softmax[with_lo] = run
@@ -164,6 +169,39 @@ def softmax_block(with_lo):
 
 
 _quantize = {}
+
+
+def _emit_quantize(b, args):
+    """The body of quantize_q8_0_rows' function."""
+    g = Gen(b)
+    x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows = args
+    x_p, q_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, xq, xd))
+    vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
+    abs_mask = g.c(V16I, 0x7FFFFFFF)
+
+    def row(t, acc):
+        x_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in ((x_p, x_rs), (q_p, xq_rs), (d_p, xd_rs)))
+
+        def block(kb, acc):
+            halves = [g.load(x_row, b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)), V16F) for h in range(2)]
+            mags = [b.bitcast(b.and_(b.bitcast(v, V16I), abs_mask), V16F) for v in halves]
+            amax = _reduce(g, vmax(*mags), vmax)
+            d = b.fdiv(amax, ir.Constant(F32T, 127.0))
+            inv = b.select(b.fcmp_ordered("!=", amax, ir.Constant(F32T, 0.0)),
+                           b.fdiv(ir.Constant(F32T, 127.0), amax), ir.Constant(F32T, 0.0))
+            inv16 = g.splat(inv, 16)
+            for h, v in enumerate(halves):
+                q = g.intr("llvm.roundeven.v16f32", V16F, [b.fmul(v, inv16)])
+                ptr = b.bitcast(g.at(q_row, b.add(b.mul(kb, g.c(I64, 32)), g.c(I64, 16 * h))), V16B8.as_pointer())
+                b.store(b.trunc(b.fptosi(q, V16I), V16B8), ptr).align = 1
+            d_at = b.bitcast(g.at(d_row, b.mul(kb, g.c(I64, 4))), F32T.as_pointer())
+            b.store(b.fpext(b.fptrunc(d, ir.HalfType()), F32T), d_at).align = 4
+            return acc
+
+        _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
+        return acc
+
+    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
 
 
 def quantize_q8_0_rows():
@@ -174,42 +212,10 @@ def quantize_q8_0_rows():
     if "run" in _quantize:
         return _quantize["run"]
     name = "dasllama_tower_quantize_q8_0"
-    v16b = vec(I8, 16)
-
-    def emit(b, args):
-        g = Gen(b)
-        x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows = args
-        x_p, q_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, xq, xd))
-        vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
-        abs_mask = g.c(V16I, 0x7FFFFFFF)
-
-        def row(t, acc):
-            x_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in ((x_p, x_rs), (q_p, xq_rs), (d_p, xd_rs)))
-
-            def block(kb, acc):
-                halves = [g.load(x_row, b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)), V16F) for h in range(2)]
-                mags = [b.bitcast(b.and_(b.bitcast(v, V16I), abs_mask), V16F) for v in halves]
-                amax = _reduce(g, vmax(*mags), vmax)
-                d = b.fdiv(amax, ir.Constant(F32T, 127.0))
-                inv = b.select(b.fcmp_ordered("!=", amax, ir.Constant(F32T, 0.0)),
-                               b.fdiv(ir.Constant(F32T, 127.0), amax), ir.Constant(F32T, 0.0))
-                inv16 = g.splat(inv, 16)
-                for h, v in enumerate(halves):
-                    q = g.intr("llvm.roundeven.v16f32", V16F, [b.fmul(v, inv16)])
-                    ptr = b.bitcast(g.at(q_row, b.add(b.mul(kb, g.c(I64, 32)), g.c(I64, 16 * h))), v16b.as_pointer())
-                    b.store(b.trunc(b.fptosi(q, V16I), v16b), ptr).align = 1
-                d_at = b.bitcast(g.at(d_row, b.mul(kb, g.c(I64, 4))), F32T.as_pointer())
-                b.store(b.fpext(b.fptrunc(d, ir.HalfType()), F32T), d_at).align = 4
-                return acc
-
-            _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
-            return acc
-
-        _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
 
     @intrinsic
     def run(typingctx, x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows):
-        return i64_call(8, name, emit)
+        return i64_call(8, name, _emit_quantize)
 
     run._set_uuid(f"dasllama.tower_rows.{name}")
     _quantize["run"] = run
@@ -246,6 +252,27 @@ def gelu_erf16(g, v):
     return b.fmul(b.fmul(g.c(V16F, 0.5), v), b.fadd(g.c(V16F, 1.0), erf))
 
 
+def _emit_bias_gelu_erf(b, args):
+    """The body of bias_gelu_erf16's function."""
+    g = Gen(b)
+    x, x_rs, bias, n16, n_rows = args
+    x_p, b_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, bias))
+
+    def row(t, acc):
+        x_row = g.at(x_p, b.mul(t, x_rs))
+
+        def chunk(k, acc):
+            off = b.mul(k, g.c(I64, 64))
+            v = b.fadd(g.load(x_row, off, V16F), g.load(b_p, off, V16F))
+            b.store(gelu_erf16(g, v), b.bitcast(g.at(x_row, off), V16F.as_pointer())).align = 4
+            return acc
+
+        _loop(g, g.c(I64, 0), n16, [g.c(I64, 0)], chunk)
+        return acc
+
+    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
 def bias_gelu_erf16():
     """numba intrinsic run(x, x_rs, bias, n16, n_rows): encoder_ops.bias_gelu_erf in place on
     the first 16 n16 columns of n_rows float32 rows (x_rs bytes apart), bias float32."""
@@ -253,28 +280,9 @@ def bias_gelu_erf16():
         return _gelu["run"]
     name = "dasllama_tower_bias_gelu_erf"
 
-    def emit(b, args):
-        g = Gen(b)
-        x, x_rs, bias, n16, n_rows = args
-        x_p, b_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, bias))
-
-        def row(t, acc):
-            x_row = g.at(x_p, b.mul(t, x_rs))
-
-            def chunk(k, acc):
-                off = b.mul(k, g.c(I64, 64))
-                v = b.fadd(g.load(x_row, off, V16F), g.load(b_p, off, V16F))
-                b.store(gelu_erf16(g, v), b.bitcast(g.at(x_row, off), V16F.as_pointer())).align = 4
-                return acc
-
-            _loop(g, g.c(I64, 0), n16, [g.c(I64, 0)], chunk)
-            return acc
-
-        _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
-
     @intrinsic
     def run(typingctx, x, x_rs, bias, n16, n_rows):
-        return i64_call(5, name, emit)
+        return i64_call(5, name, _emit_bias_gelu_erf)
 
     run._set_uuid(f"dasllama.tower_rows.{name}")
     _gelu["run"] = run
