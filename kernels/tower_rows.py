@@ -304,3 +304,94 @@ def bias_gelu_erf_rows(x, bias):
         for j in range(16 * n16, n_cols):
             v = x[t, j] + bias[j]
             x[t, j] = eo._HALF * v * (eo._ONE + eo.erf_f32(v * eo._SQRT_2_INV))
+
+
+def _emit_pack_head(b, args):
+    """The body of pack_head16's function: one pass over a head's q, k, v columns, two tokens a
+    step (v's B tiles pair consecutive tokens)."""
+    g = Gen(b)
+    (qkv, qkv_rs, n_tok, q_col, k_col, v_col, d16, scale_bits, qp, qp_part, qp_rs,
+     kp, kp_part, kp_tt, vp, vp_part, vp_vc) = args
+    src, q_p, k_p, v_p = (b.inttoptr(v, I8.as_pointer()) for v in (qkv, qp, kp, vp))
+    scale = g.splat(b.bitcast(b.trunc(scale_bits, I32), F32T), 16)
+    v8i = vec(I32, 8)
+    zero16 = g.c(V16F, 0.0)
+    f16 = lambda v: b.fpext(b.fptrunc(v, vec(ir.HalfType(), 16)), V16F)   # libmtmd's K, V casts
+
+    def parts(v):
+        hi = bf16_bits16(g, v)
+        return hi, bf16_bits16(g, b.fsub(v, bf16_value16(g, hi)))
+
+    def store(ptr, off, value):
+        b.store(value, b.bitcast(g.at(ptr, off), value.type.as_pointer())).align = 2
+
+    def step(tp, acc):
+        t0 = b.mul(tp, g.c(I64, 2))
+        t1 = b.add(t0, g.c(I64, 1))
+        has_t1 = b.icmp_signed("<", t1, n_tok)
+        rows = [g.at(src, b.mul(t, qkv_rs)) for t in (t0, b.select(has_t1, t1, t0))]
+
+        def chunk(j, acc):
+            col = b.mul(j, g.c(I64, 64))
+            load = lambda row, base: g.load(row, b.add(base, col), V16F)
+            v_parts = []
+            for which, (t, row) in enumerate(zip((t0, t1), rows)):
+                q_parts = parts(b.fmul(load(row, q_col), scale))
+                k_parts = parts(f16(load(row, k_col)))
+                v_val = f16(load(row, v_col))
+                v_parts.append(parts(v_val if which == 0 else b.select(has_t1, v_val, zero16)))
+
+                def put_qk():
+                    for p, (qh, kh) in enumerate(zip(q_parts, k_parts)):
+                        store(q_p, b.add(b.add(b.mul(g.c(I64, p), qp_part), b.mul(t, qp_rs)), b.mul(j, g.c(I64, 32))), qh)
+                        # k^T's B tiles: the pair (c, c + 1) of token t at [t / 16, c / 32, (c % 32) / 2, t % 16]
+                        base = b.add(b.add(b.mul(g.c(I64, p), kp_part), b.mul(b.sdiv(t, g.c(I64, 16)), kp_tt)),
+                                     b.add(b.mul(b.sdiv(j, g.c(I64, 2)), g.c(I64, 1024)),
+                                           b.add(b.mul(b.srem(j, g.c(I64, 2)), g.c(I64, 512)),
+                                                 b.mul(b.srem(t, g.c(I64, 16)), g.c(I64, 4)))))
+                        pairs = b.bitcast(kh, v8i)
+                        for m in range(8):
+                            store(k_p, b.add(base, g.c(I64, 64 * m)), b.extract_element(pairs, g.c(I32, m)))
+
+                if which == 0:
+                    put_qk()
+                else:
+                    with b.if_then(has_t1):
+                        put_qk()
+            # v's B tiles: tokens (t0, t1) interleaved, 16 columns of one 16-column strip
+            base = b.add(b.mul(j, vp_vc), b.add(b.mul(b.sdiv(t0, g.c(I64, 32)), g.c(I64, 1024)),
+                                                 b.mul(b.sdiv(b.srem(t0, g.c(I64, 32)), g.c(I64, 2)), g.c(I64, 64))))
+            for p in range(2):
+                mixed = g.shuffle(v_parts[0][p], v_parts[1][p], [k for i in range(16) for k in (i, 16 + i)])
+                store(v_p, b.add(base, b.mul(g.c(I64, p), vp_part)), mixed)
+            return acc
+
+        _loop(g, g.c(I64, 0), d16, [g.c(I64, 0)], chunk)
+        return acc
+
+    _loop(g, g.c(I64, 0), b.sdiv(b.add(n_tok, g.c(I64, 1)), g.c(I64, 2)), [g.c(I64, 0)], step)
+
+
+_pack = {}
+
+
+def pack_head16():
+    """numba intrinsic run(qkv, qkv_rs, n_tok, q_col, k_col, v_col, d16, scale_bits, qp, qp_part,
+    qp_rs, kp, kp_part, kp_tt, vp, vp_part, vp_vc): amx_tower's pack_head for a head 16 d16
+    wide, its q, k, v columns at byte offsets q_col, k_col, v_col of the rows of qkv (float32,
+    qkv_rs apart): q times scale (a float32's bits) in two bf16 parts at qp (part p at p
+    qp_part, token rows qp_rs apart); k and v rounded to f16, in their two parts, as the B
+    tiles of k^T at kp (16-token strips kp_tt apart) and of v at vp (16-column strips vp_vc
+    apart). The same bits as pack_head, vector by vector instead of value by value."""
+    if "run" in _pack:
+        return _pack["run"]
+    name = "dasllama_tower_pack_head16"
+
+    @intrinsic
+    def run(typingctx, qkv, qkv_rs, n_tok, q_col, k_col, v_col, d16, scale_bits, qp, qp_part, qp_rs,
+            kp, kp_part, kp_tt, vp, vp_part, vp_vc):
+        return i64_call(17, name, _emit_pack_head)
+
+    run._set_uuid(f"dasllama.tower_rows.{name}")
+    _pack["run"] = run
+    return run

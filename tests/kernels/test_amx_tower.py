@@ -105,3 +105,25 @@ def test_attention_on_bf16_tiles_matches_reference(n_tok, d, n_head):
     ref = attention_ref(qkv_t, n_head)
     assert y.shape == ref.shape
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 5e-5
+
+
+@pytest.mark.parametrize("n_tok, d, n_head", [(1, 16, 2), (37, 32, 3), (100, 64, 2)])
+def test_pack_head16_is_pack_head_to_the_bit(n_tok, d, n_head):
+    """The IR packing of a head 16k wide writes the bits the value-by-value packing writes, an
+    odd token count too (its last token's v pairs with zeros, the padding)."""
+    from dasllama.kernels import amx
+    pack_head, _ = amx_tower._attention_kernels(amx_tower.PV_PASSES)
+    rng = np.random.default_rng(n_tok)
+    qkv = (rng.standard_normal((n_tok, 3 * n_head * d)) * 3).astype(np.float32)
+    t32, d32 = amx_tower.pad32(n_tok), amx_tower.pad32(d)
+
+    def buffers():
+        return (amx.zeros_aligned((2, t32 + 128, d32), np.uint16),
+                amx.zeros_aligned((2, t32 // 16, d32 // 32, 16, 16, 2), np.uint16),
+                amx.zeros_aligned((2, d32 // 16, t32 // 32, 16, 16, 2), np.uint16))
+
+    for h in range(n_head):
+        ref, ours = buffers(), buffers()
+        pack_head(qkv, h, d, np.float32(1 / np.sqrt(d)), *ref)
+        amx_tower.pack_head16(qkv, h, d, np.float32(1 / np.sqrt(d)), *ours)
+        assert all(np.array_equal(a, b) for a, b in zip(ref, ours))
