@@ -76,11 +76,14 @@ def log_mel(samples, filters):
         power = re * re + im * im                                                   # f32, as mtmd
         energy = power.astype(np.float64) @ filters64.T                             # (F, n_mel)
         mel[:, f0:f0 + len(windowed)] = np.log10(np.maximum(energy, MEL_FLOOR)).T
-    # mtmd compares in double over the whole mel, stores the floor as float, scales in double
-    floor = np.float64(mel.max()) - 8.0
-    wide = mel.astype(np.float64)
-    out = np.where(wide < floor, np.float64(np.float32(floor)), wide)
-    return ((out + 4.0) / 4.0).astype(np.float32)
+    # mtmd compares in double over the whole mel, stores the floor as float, scales in double;
+    # in float32 the same bits: both sides of the comparison are floats, and (x + 4) / 4 in
+    # double rounds once to what float32's x + 4 rounds to, the division by 4 being exact
+    floor = np.float32(np.float64(mel.max()) - 8.0)
+    np.maximum(mel, floor, out=mel)
+    mel += np.float32(4.0)
+    mel /= np.float32(4.0)
+    return mel
 
 
 def mel_windows(samples, n_mel):
