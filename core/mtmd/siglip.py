@@ -73,12 +73,10 @@ class Weight:
         return residual
 
     def fuse_gelu_erf(self, bias):
-        """Let the AMX Q8_0 tiles add `bias` and apply the erf-GELU as they store y (the
-        pass the tower makes next): True where they do, False to leave it to the caller."""
-        if self.amx is None:
-            return False
-        self.bias, self.gelu_erf = bias, True
-        return True
+        """Where the matrix runs on the AMX Q8_0 tiles, let them add `bias` and apply the
+        erf-GELU as they store y (the pass the tower makes next); `gelu_erf` says if they do."""
+        if self.amx is not None:
+            self.bias, self.gelu_erf = bias, True
 
     def _rows(self, x):
         if self.pool is None or len(x) <= ROW_BLOCK:
