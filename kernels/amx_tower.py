@@ -32,13 +32,11 @@ from llvmlite import ir
 from numba import njit
 from numba.extending import intrinsic
 
-from . import amx
+from . import amx, tower_rows
 from .actq import quantize_row_q8_0, round_f16
-from .ir import F32T, I8, I32, I64, Gen, f16_to_f32, i64_call, vec
-from .ops import row_max
+from .ir import F32T, I8, I32, I64, Gen, f16_to_f32, f32_bits, i64_call, vec
 from .quants import JIT
 from .simd import _loop
-from .speech.encoder_ops import exp_nonpositive
 
 INT8, BF16 = amx.INT8, amx.BF16
 F16_EXACT = ((0, 0), (1, 0), (1, 1), (0, 1))    # the f16 products exactly: see the docstring
@@ -55,12 +53,15 @@ V16I = vec(I32, 16)
 TILE_SHAPES = [(16, 64)] * 4 + [(16, 32)] * 2 + [(8, 64)] * 2   # C 0-3, A 4-5 (16 x 32 bytes), B 6-7
 
 
-def _emit_q8_tile(b, args):
-    """tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb): see q8_tile."""
+EPILOGUES = ("bias", "residual", "gelu_erf")   # y = acc + bias as stored; out + y; GELU(y)
+
+
+def _emit_q8_tile(epilogue, b, args):
+    """tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out): see q8_tile."""
     g = Gen(b)
-    xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb = args
+    xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out = args
     ptr = lambda v: b.inttoptr(v, I8.as_pointer())
-    xq_p, xd_p, wq_p, wd_p, out_p = map(ptr, (xq, xd, wq, wd, out))
+    xq_p, xd_p, wq_p, wd_p, out_p, bias_p = map(ptr, (xq, xd, wq, wd, out, bias))
     void = ir.VoidType()
     amx.configure(g, TILE_SHAPES)
     acc = b.alloca(ir.ArrayType(F32T, SPAN * SPAN))          # (token, output) float32
@@ -113,23 +114,38 @@ def _emit_q8_tile(b, args):
 
     _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
     g.intr("llvm.x86.tilerelease", void, [])
+    bias_v = [g.load(bias_p, 64 * j, V16F) for j in range(2)]
     for r in range(SPAN):
-        for j in range(2):
-            v = b.load(b.bitcast(g.at(acc_p, (r * SPAN + 16 * j) * 4), V16F.as_pointer()))
-            o = b.bitcast(g.at(out_p, b.add(b.mul(g.c(I64, r), out_rs), g.c(I64, 64 * j))), V16F.as_pointer())
-            b.store(v, o).align = 4
+        with b.if_then(b.icmp_signed("<", g.c(I64, r), n_out)):
+            for j in range(2):
+                v = b.load(b.bitcast(g.at(acc_p, (r * SPAN + 16 * j) * 4), V16F.as_pointer()))
+                o = b.bitcast(g.at(out_p, b.add(b.mul(g.c(I64, r), out_rs), g.c(I64, 64 * j))), V16F.as_pointer())
+                y = b.fadd(v, bias_v[j])
+                if epilogue == "residual":
+                    before = b.load(o)
+                    before.align = 4
+                    y = b.fadd(before, y)
+                elif epilogue == "gelu_erf":
+                    y = tower_rows.gelu_erf16(g, y)
+                b.store(y, o).align = 4
 
 
-@intrinsic
-def q8_tile(typingctx, xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb):
-    """out (32 tokens x 32 outputs float32, rows out_rs bytes apart) = the Q8_0 product of
-    the tokens' quants xq (int8, rows x_rs apart; 32 n_kb of them) with scales xd (float32 a
-    block, rows xd_rs apart) and two 16-output strips of pack_q8_0's tiles at wq (scales at
-    wd), the second n_kb * 512 bytes (n_kb * 64 of scales) after the first."""
-    return i64_call(9, "dasllama_amx_q8_tile", _emit_q8_tile)
+def q8_tile(epilogue):
+    """numba intrinsic tile(xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out): out
+    (the first n_out of 32 tokens x 32 outputs float32, rows out_rs bytes apart) <- y, the
+    Q8_0 product of the tokens' quants xq (int8, rows x_rs apart; 32 n_kb of them) with scales
+    xd (float32 a block, rows xd_rs apart) and two 16-output strips of pack_q8_0's tiles at wq
+    (scales at wd), the second n_kb * 512 bytes (n_kb * 64 of scales) after the first, plus
+    the 32 float32 at bias; or out + y ("residual"), or GELU-erf(y) ("gelu_erf"): the pass a
+    tower would make over y next, while it is in registers."""
+    name = f"dasllama_amx_q8_tile_{epilogue}"
 
+    @intrinsic
+    def tile(typingctx, xq, x_rs, xd, xd_rs, wq, wd, out, out_rs, n_kb, bias, n_out):
+        return i64_call(11, name, lambda b, args: _emit_q8_tile(epilogue, b, args))
 
-q8_tile._set_uuid("dasllama.amx_tower.q8_tile")     # stable across processes: see simd.py
+    tile._set_uuid(f"dasllama.amx_tower.{name}")     # stable across processes: see simd.py
+    return tile
 
 
 # --- packing ---------------------------------------------------------------------------------
@@ -186,40 +202,64 @@ def _store(tiles, out, bias):
             out[t, r] = tiles[t, r] + bias[r] if with_bias else tiles[t, r]
 
 
-@njit(**JIT)
-def _q8_tiles(x, wq, wd, xq, xd, tiles):
-    """tiles (T', N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
-    packed Q8_0 matrix; rows past T are the scratch's (left from before: not read back)."""
-    n_tok, n_cols = x.shape
-    n_kb = n_cols // BLOCK
-    t_pad, n_pad = tiles.shape
-    for t in range(n_tok):
-        quantize_row_q8_0(x[t], xq[t], xd[t], xd[t], False)
-    strip = n_kb * B_TILE
-    for nt in range(n_pad // SPAN):
-        w0 = wq.ctypes.data + 2 * nt * strip
-        d0 = wd.ctypes.data + 2 * nt * n_kb * 64
-        for mt in range(t_pad // SPAN):
-            q8_tile(xq.ctypes.data + mt * SPAN * n_cols, n_cols, xd.ctypes.data + mt * SPAN * n_kb * 4,
-                    n_kb * 4, w0, d0, tiles.ctypes.data + (mt * SPAN * n_pad + nt * SPAN) * 4, n_pad * 4, n_kb)
+quantize_rows = tower_rows.quantize_q8_0_rows()
+
+
+def _q8_driver(epilogue):
+    tile = q8_tile(epilogue)
+
+    @njit(**JIT)
+    def run(x, wq, wd, xq, xd, out, bias):
+        """out (T, N') <- x (T, K) quantised into xq, xd (T', K), (T', K / 32), times the
+        packed Q8_0 matrix, + bias (N',), through the epilogue; N' the packed outputs (a
+        multiple of 32); xq's rows past T are the scratch's (left from before: not written out)."""
+        n_tok, n_cols = x.shape
+        n_kb = n_cols // BLOCK
+        n_pad = wq.shape[0] * TILE
+        quantize_rows(x.ctypes.data, n_cols * 4, xq.ctypes.data, n_cols, xd.ctypes.data, n_kb * 4, n_kb, n_tok)
+        strip = n_kb * B_TILE
+        out_rs = out.strides[0]
+        for nt in range(n_pad // SPAN):
+            w0 = wq.ctypes.data + 2 * nt * strip
+            d0 = wd.ctypes.data + 2 * nt * n_kb * 64
+            for mt in range((n_tok + SPAN - 1) // SPAN):
+                tile(xq.ctypes.data + mt * SPAN * n_cols, n_cols, xd.ctypes.data + mt * SPAN * n_kb * 4,
+                     n_kb * 4, w0, d0, out.ctypes.data + mt * SPAN * out_rs + nt * SPAN * 4, out_rs, n_kb,
+                     bias.ctypes.data + nt * SPAN * 4, min(SPAN, n_tok - mt * SPAN))
+
+    return run
+
+
+_q8_tiles = {e: _q8_driver(e) for e in EPILOGUES}
 
 
 _NO_BIAS = np.zeros(0, np.float32)
 
 
-def q8_matmul(x, wq, wd, n_rows, out=None, bias=None):
-    """out (T, n_rows) float32 (made if None) = x (T, K) times the packed Q8_0 matrix
-    (pack_q8_0's), x quantised to Q8_0 first, + bias (n_rows,) if given; single-threaded
-    (the tower's pool shares tokens out)."""
+def q8_matmul(x, wq, wd, n_rows, out=None, bias=None, epilogue="bias"):
+    """out (T, n_rows) float32 (made if None) = y, x (T, K) times the packed Q8_0 matrix
+    (pack_q8_0's), x quantised to Q8_0 first, + bias (n_rows,) if given; or out + y
+    ("residual"), or GELU-erf(y) ("gelu_erf"); single-threaded (the tower's pool shares
+    tokens out). Where n_rows is the packed width (a multiple of 32) the tiles write out
+    directly, else a scratch that is copied."""
     x = np.ascontiguousarray(x)
     n_tok, n_cols = x.shape
     t_pad, n_pad = -(-n_tok // SPAN) * SPAN, wq.shape[0] * TILE
-    xq, xd, tiles = _buffers(("q8", t_pad, n_cols, n_pad), lambda: (
+    xq, xd, zeros = _buffers(("q8", t_pad, n_cols, n_pad), lambda: (
         amx.zeros_aligned((t_pad, n_cols), np.int8), np.zeros((t_pad, n_cols // BLOCK), np.float32),
-        amx.zeros_aligned((t_pad, n_pad), np.float32)))
-    _q8_tiles(x, wq, wd, xq, xd, tiles)
+        np.zeros(n_pad, np.float32)))
     out = np.empty((n_tok, n_rows), np.float32) if out is None else out
-    _store(tiles, out, _NO_BIAS if bias is None else bias)
+    if n_rows == n_pad and out.strides[1] == 4:
+        _q8_tiles[epilogue](x, wq, wd, xq, xd, out, zeros if bias is None else np.ascontiguousarray(bias, np.float32))
+        return out
+    (tiles,) = _buffers(("q8 tiles", t_pad, n_pad), lambda: (amx.zeros_aligned((t_pad, n_pad), np.float32),))
+    _q8_tiles["bias"](x, wq, wd, xq, xd, tiles, zeros)
+    y = np.empty_like(out) if epilogue == "residual" else out
+    _store(tiles, y, _NO_BIAS if bias is None else bias)
+    if epilogue == "residual":
+        out += y
+    elif epilogue == "gelu_erf":
+        tower_rows.bias_gelu_erf_rows(out, zeros)
     return out
 
 
@@ -341,44 +381,10 @@ def pad32(n):
     return (n + 31) // 32 * 32
 
 
-@njit(**JIT, fastmath={"reassoc", "contract"})
-def online_softmax(s, n, p, m, l, o, with_lo):
-    """One key block of the online softmax: s (R, K') the block's scores (the first n real),
-    m (R,) the rows' running maxima, l (R,) their sums of exps, o (R, d') the exp-weighted sums
-    of values so far. A row whose maximum grows rescales its l and o by e^(old - new); p (2, R,
-    K') <- the bf16 parts of e^(s - max) (zeros past n), l += their sum."""
-    for t in range(s.shape[0]):
-        row = s[t]
-        mx = row_max(row, 0, n)
-        if mx > m[t]:
-            alpha = exp_nonpositive(m[t] - mx) if l[t] > 0 else np.float32(0.0)
-            m[t] = mx
-            l[t] *= alpha
-            for c in range(o.shape[1]):
-                o[t, c] *= alpha
-        mt = m[t]
-        total = np.float32(0.0)
-        for k in range(n):                   # two plain loops: numba vectorises each
-            e = exp_nonpositive(row[k] - mt)
-            row[k] = e
-            total += e
-        hi, lo = p[0, t], p[1, t]
-        if with_lo:
-            for k in range(n):
-                hi[k], lo[k] = amx.bf16_hi_lo(row[k])
-        else:
-            for k in range(n):
-                hi[k] = amx.bf16_round(row[k])
-        for k in range(n, s.shape[1]):
-            hi[k] = 0
-            lo[k] = 0
-        l[t] += total
-
-
 def _attention_kernels(pv_passes):
     qk_gemm = amx.bf16_gemm(2, 2, ATT_PASSES)
     pv_gemm = amx.bf16_gemm(2, 2, pv_passes)
-    with_lo = amx.n_parts(pv_passes) > 1
+    softmax = tower_rows.softmax_block(amx.n_parts(pv_passes) > 1)
 
     @njit(**JIT)
     def pack_head(qkv, h, d, scale, qp, kp, vp):
@@ -424,7 +430,8 @@ def _attention_kernels(pv_passes):
                     kp.ctypes.data + (k0 // 16) * k_strip, 64, 1024, k_strip, kp.shape[1] * k_strip, 0, 2 * k_strip,
                     s.ctypes.data, s_rs, 32 * s_rs, 128, zero.ctypes.data, 0, 0, 0,
                     n_kd, 1, q_tile // 32, nb)
-            online_softmax(s, nk, p, m, l, o, with_lo)
+            softmax(s.ctypes.data, s_rs, nk, nb * 32, p.ctypes.data, q_tile * p_rs, p_rs,       # p = e^(s - max)
+                    m.ctypes.data, l.ctypes.data, o.ctypes.data, o_rs, d_pad, q_tile)
             pv_gemm(p.ctypes.data, p_rs, 64, q_tile * p_rs, 0, 32 * p_rs,                     # o += p v
                     vp.ctypes.data + (k0 // 32) * 1024, 64, 1024, v_strip, vp.shape[1] * v_strip, 0, 2 * v_strip,
                     o.ctypes.data, o_rs, 32 * o_rs, 128, o.ctypes.data, o_rs, 32 * o_rs, 128,
@@ -436,7 +443,38 @@ def _attention_kernels(pv_passes):
     return pack_head, tile
 
 
+_pack16 = tower_rows.pack_head16()
+
+
+@njit(**JIT)
+def pack_head16(qkv, h, d, scale, qp, kp, vp):
+    """pack_head's result for a head width d that is a multiple of 16, 16 columns at a time
+    in IR (tower_rows.pack_head16): ~5 ms of a qwen2a layer's 30 on one thread value by value."""
+    n = qkv.shape[1] // 3
+    _pack16(qkv.ctypes.data, qkv.strides[0], qkv.shape[0], h * d * 4, (n + h * d) * 4, (2 * n + h * d) * 4,
+            d // 16, np.int64(f32_bits(scale)), qp.ctypes.data, qp.strides[0], qp.strides[1],
+            kp.ctypes.data, kp.strides[0], kp.strides[1], vp.ctypes.data, vp.strides[0], vp.strides[1])
+
+
 _att = {}
+
+
+_heads = threading.local()
+
+
+def _head_buffers(n_tok, n_head, t_pad, d_pad):
+    """Each head's packed q, k, v, kept by the calling thread for its next call of the shape
+    (a tower's next layer, its next window): fresh zeroed arrays were ~10 MB of page faults a
+    qwen2a layer, 5 ms of its 30. Reuse is safe because pack_head writes the same positions
+    each time, the padding past T and d never."""
+    key = (n_tok, n_head, t_pad, d_pad)
+    entry = getattr(_heads, "entry", None)
+    if entry is None or entry[0] != key:
+        entry = _heads.entry = key, [(amx.zeros_aligned((2, t_pad, d_pad), np.uint16),
+                                      amx.zeros_aligned((2, pad32(n_tok) // 16, d_pad // 32, 16, 16, 2), np.uint16),
+                                      amx.zeros_aligned((2, d_pad // 16, pad32(n_tok) // 32, 16, 16, 2), np.uint16))
+                                     for _ in range(n_head)]
+    return entry[1]
 
 
 def attention(qkv, n_head, pool, pv_passes=PV_PASSES, q_tile=None, key_block=None):
@@ -454,11 +492,10 @@ def attention(qkv, n_head, pool, pv_passes=PV_PASSES, q_tile=None, key_block=Non
     scale = np.float32(1.0 / np.sqrt(d))
     q_tile, key_block = q_tile or Q_TILE, key_block or KEY_BLOCK
     t_pad, d_pad = pad32(n_tok) + q_tile, pad32(d)        # queries past T read zero rows
-    heads = [(amx.zeros_aligned((2, t_pad, d_pad), np.uint16),
-              amx.zeros_aligned((2, pad32(n_tok) // 16, d_pad // 32, 16, 16, 2), np.uint16),
-              amx.zeros_aligned((2, d_pad // 16, pad32(n_tok) // 32, 16, 16, 2), np.uint16)) for _ in range(n_head)]
+    heads = _head_buffers(n_tok, n_head, t_pad, d_pad)
     qkv = np.ascontiguousarray(qkv)
-    list(pool.map(lambda h: pack_head(qkv, h, d, scale, *heads[h]), range(n_head)))
+    pack = pack_head16 if d % 16 == 0 else pack_head
+    list(pool.map(lambda h: pack(qkv, h, d, scale, *heads[h]), range(n_head)))
     out = np.empty((n_tok, n), np.float32)
 
     def job(hj):

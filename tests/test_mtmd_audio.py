@@ -15,6 +15,7 @@ from dasllama.core.mtmd.audio_in import frame_count_after_resampling, linear_res
 from dasllama.core.tools.ref_mtmd import mtmd_cli_text, mtmd_decoded_audio, mtmd_embeddings
 from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, bias_gelu_erf_ref, conv3_windows, conv3_windows_rows
 from dasllama.kernels.speech.resample import biquad_f32, biquad_f32_ref
+from dasllama.kernels.tower_rows import bias_gelu_erf_rows
 from dasllama_cli.main import cli
 from tests import assets, gguf_factory, mtmd_pairs
 
@@ -177,8 +178,11 @@ def test_gelu_erf_and_conv_windows_match_references():
     x = rng.standard_normal((16, 24), dtype=np.float32) * 3
     b = rng.standard_normal(24, dtype=np.float32)
     ref = bias_gelu_erf_ref(x, b)
+    rows = x.copy()
     bias_gelu_erf(x, b)
     np.testing.assert_allclose(x, ref, rtol=1e-6, atol=1e-6)
+    bias_gelu_erf_rows(rows, b)                      # 16 columns in IR, 8 as bias_gelu_erf
+    np.testing.assert_allclose(rows, ref, rtol=1e-6, atol=1e-6)
     mel = rng.standard_normal((5, 12), dtype=np.float32)
     w = rng.standard_normal((7, 5, 3), dtype=np.float32)
     for stride in (1, 2):

@@ -45,6 +45,7 @@ class Weight:
 
     def __init__(self, qtype, rows, bias=None):
         self.qtype = qtype
+        self.gelu_erf = False    # the tower's erf-GELU applied as the tiles store y (Q8_0 on AMX)
         self.n_rows, self.n_cols = rows.shape
         if rows.dtype == np.uint8:
             self.n_cols = self.n_cols // BLOCK_BYTES[qtype] * BLOCK_ELEMS[qtype]
@@ -61,9 +62,23 @@ class Weight:
             self.amx_f16 = amx_tower.pack_f16(rows)
         self.copy_layout, self.copy, self.copy_min = batch_copy(qtype, self.raw, self.n_rows, self.n_cols)
 
-    def __call__(self, x):                                   # (T, n_cols) -> (T, n_rows)
+    def __call__(self, x, residual=None):                    # (T, n_cols) -> (T, n_rows)
+        """y = x W^T + b; with `residual` (T, n_rows), residual += y in place and returned."""
         if self.amx is not None or self.amx_f16 is not None:
-            return self._on_tiles(x)
+            return self._on_tiles(x, residual)
+        y = self._rows(x)
+        if residual is None:
+            return y
+        residual += y
+        return residual
+
+    def fuse_gelu_erf(self, bias):
+        """Where the matrix runs on the AMX Q8_0 tiles, let them add `bias` and apply the
+        erf-GELU as they store y (the pass the tower makes next); `gelu_erf` says if they do."""
+        if self.amx is not None:
+            self.bias, self.gelu_erf = bias, True
+
+    def _rows(self, x):
         if self.pool is None or len(x) <= ROW_BLOCK:
             y = self._product(x)
         else:
@@ -73,14 +88,16 @@ class Weight:
             y += self.bias
         return y
 
-    def _on_tiles(self, x):
-        """The AMX products: each block of tokens writes its rows of y, bias added."""
-        y = np.empty((len(x), self.n_rows), np.float32)
+    def _on_tiles(self, x, residual=None):
+        """The AMX products: each block of tokens writes its rows of y, bias added (and the
+        residual or the GELU, where the Q8_0 tiles do it as they store)."""
+        y = np.empty((len(x), self.n_rows), np.float32) if residual is None or self.amx is None else residual
+        epilogue = "residual" if residual is not None else "gelu_erf" if self.gelu_erf else "bias"
 
         def block(t):
             rows = slice(t, t + ROW_BLOCK)
             if self.amx is not None:
-                amx_tower.q8_matmul(x[rows], *self.amx, self.n_rows, out=y[rows], bias=self.bias)
+                amx_tower.q8_matmul(x[rows], *self.amx, self.n_rows, out=y[rows], bias=self.bias, epilogue=epilogue)
             else:
                 amx_tower.f16_matmul(x[rows], self.amx_f16, self.n_rows, out=y[rows], bias=self.bias)
 
@@ -90,6 +107,9 @@ class Weight:
                 block(t)
         else:
             list(self.pool.map(block, starts))
+        if residual is not None and y is not residual:        # the F16 tiles: no epilogue
+            residual += y
+            return residual
         return y
 
     def _product(self, x):
@@ -162,12 +182,14 @@ class PreNormTower:
     gelu = staticmethod(bias_gelu)
 
     def _block(self, layer, x):
+        """x (T, n_embd), the residual stream, updated in place and returned."""
         h = self._layer_norm(x, *layer.ln1)
-        x = x + layer.out(self._attention(layer.qkv(h)))
+        x = layer.out(self._attention(layer.qkv(h)), residual=x)
         h = self._layer_norm(x, *layer.ln2)
         f = layer.up(h)
-        self._on_rows(self.gelu, f, layer.up_bias)
-        return x + layer.down(f)
+        if not layer.up.gelu_erf:
+            self._on_rows(self.gelu, f, layer.up_bias)
+        return layer.down(f, residual=x)
 
     def _layer_norm(self, x, w, b):
         x = np.ascontiguousarray(x)

@@ -18,7 +18,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from dasllama.kernels.quants import F16
-from dasllama.kernels.speech.encoder_ops import bias_gelu_erf, conv3_windows_rows
+from dasllama.kernels.speech.encoder_ops import conv3_windows_rows
+from dasllama.kernels.tower_rows import bias_gelu_erf_rows
 from dasllama.kernels.vision import rms_norm_rows
 
 from .siglip import Layer, PreNormTower, Weight, share_out
@@ -35,7 +36,7 @@ def _conv(mm, i):
 
 class AudioTower(PreNormTower):
     """A qwen2a or ultravox tower from an open Mmproj: `encode(mel) -> (n_tokens, n_embd_text)`."""
-    gelu = staticmethod(bias_gelu_erf)
+    gelu = staticmethod(bias_gelu_erf_rows)
 
     def __init__(self, mm, n_threads=None):
         hp = self.hparams = mm.audio
@@ -43,6 +44,8 @@ class AudioTower(PreNormTower):
         self.conv2, self.conv2_bias = _conv(mm, 2)
         self.pos = mm.f32("a.position_embd.weight")                              # (n_pos_max, n_embd)
         self.layers = [Layer(mm, f"a.blk.{il}.") for il in range(hp.n_layer)]
+        for layer in self.layers:
+            layer.up.fuse_gelu_erf(layer.up_bias)
         self.post_ln = mm.f32("a.post_ln.weight"), mm.f32("a.post_ln.bias")
         if hp.projector == "qwen2a":
             self.fc = Weight(*mm.matrix("mm.a.fc.weight"), mm.f32("mm.a.fc.bias"))
@@ -60,9 +63,9 @@ class AudioTower(PreNormTower):
         hp = self.hparams
         with threadpool_limits(1):        # BLAS runs single-threaded inside the pool's tiles
             x = self.conv1(conv3_windows_rows(np.ascontiguousarray(mel.T), 1))  # (3000, n_embd)
-            self._on_rows(bias_gelu_erf, x, self.conv1_bias)
+            self._on_rows(bias_gelu_erf_rows, x, self.conv1_bias)
             x = self.conv2(conv3_windows_rows(x, 2))                             # (1500, n_embd)
-            self._on_rows(bias_gelu_erf, x, self.conv2_bias)
+            self._on_rows(bias_gelu_erf_rows, x, self.conv2_bias)
             n_pos = len(x)
             if len(self.pos) < n_pos:
                 raise ValueError(f"the tower has {len(self.pos)} positions for {n_pos} frames")

@@ -18,17 +18,44 @@ def q8_0_rows(rng, n_rows, n_cols):
 
 
 @needs_amx
-@pytest.mark.parametrize("n_tok, n_cols, n_rows", [(1, 32, 16), (37, 96, 48), (70, 160, 100)])
+@pytest.mark.parametrize("n_tok, n_cols, n_rows", [(1, 32, 16), (37, 96, 48), (70, 160, 100), (45, 64, 96)])
 def test_q8_0_amx_product_matches_reference(n_tok, n_cols, n_rows):
-    """Exact block sums, folded in float32: within float32 rounding of the float64 fold."""
+    """Exact block sums, folded in float32: within float32 rounding of the float64 fold. A
+    width of whole 32-output strips (96) is written by the tiles themselves, bias and all, the
+    others through a scratch."""
     rng = np.random.default_rng(n_tok)
     raw = q8_0_rows(rng, n_rows, n_cols)
     x = rng.standard_normal((n_tok, n_cols)).astype(np.float32)
     x[-1, :32] = 0                                   # an all-zero activation block
-    y = amx_tower.q8_matmul(x, *amx_tower.pack_q8_0(raw.reshape(-1), n_rows, n_cols), n_rows)
-    ref = amx_tower.q8_matmul_ref(x, raw, n_rows, n_cols)
+    bias = rng.standard_normal(n_rows).astype(np.float32)
+    out = np.full((n_tok + 1, n_rows), 7, np.float32)   # a row past the tokens must stay
+    y = amx_tower.q8_matmul(x, *amx_tower.pack_q8_0(raw.reshape(-1), n_rows, n_cols), n_rows, out=out[:n_tok], bias=bias)
+    ref = amx_tower.q8_matmul_ref(x, raw, n_rows, n_cols) + bias
+    assert (out[-1] == 7).all()
     assert y.shape == (n_tok, n_rows)
     assert np.abs(y - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+@needs_amx
+@pytest.mark.parametrize("n_rows", [64, 48])
+def test_q8_0_epilogues_are_the_passes_they_replace(n_rows):
+    """The residual and GELU epilogues give what the plain product and the pass after it
+    give, to the bit, on the tiles' own stores (64 outputs) and through the scratch (48)."""
+    from dasllama.kernels.tower_rows import bias_gelu_erf_rows
+    rng = np.random.default_rng(n_rows)
+    n_tok, n_cols = 40, 64
+    packed = amx_tower.pack_q8_0(q8_0_rows(rng, n_rows, n_cols).reshape(-1), n_rows, n_cols)
+    x = rng.standard_normal((n_tok, n_cols)).astype(np.float32)
+    bias = rng.standard_normal(n_rows).astype(np.float32)
+    y = amx_tower.q8_matmul(x, *packed, n_rows, bias=bias)
+    stream = rng.standard_normal((n_tok, n_rows)).astype(np.float32)
+    summed = stream.copy()
+    amx_tower.q8_matmul(x, *packed, n_rows, out=summed, bias=bias, epilogue="residual")
+    assert np.array_equal(summed, stream + y)
+    gelu = amx_tower.q8_matmul(x, *packed, n_rows, bias=bias, epilogue="gelu_erf")
+    ref = amx_tower.q8_matmul(x, *packed, n_rows)
+    bias_gelu_erf_rows(ref, bias)
+    assert np.array_equal(gelu, ref)
 
 
 @pytest.mark.skipif(not amx_tower.BF16, reason="AMX-BF16 is not granted on this host")
@@ -78,3 +105,25 @@ def test_attention_on_bf16_tiles_matches_reference(n_tok, d, n_head):
     ref = attention_ref(qkv_t, n_head)
     assert y.shape == ref.shape
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 5e-5
+
+
+@pytest.mark.parametrize("n_tok, d, n_head", [(1, 16, 2), (37, 32, 3), (100, 64, 2)])
+def test_pack_head16_is_pack_head_to_the_bit(n_tok, d, n_head):
+    """The IR packing of a head 16k wide writes the bits the value-by-value packing writes, an
+    odd token count too (its last token's v pairs with zeros, the padding)."""
+    from dasllama.kernels import amx
+    pack_head, _ = amx_tower._attention_kernels(amx_tower.PV_PASSES)
+    rng = np.random.default_rng(n_tok)
+    qkv = (rng.standard_normal((n_tok, 3 * n_head * d)) * 3).astype(np.float32)
+    t32, d32 = amx_tower.pad32(n_tok), amx_tower.pad32(d)
+
+    def buffers():
+        return (amx.zeros_aligned((2, t32 + 128, d32), np.uint16),
+                amx.zeros_aligned((2, t32 // 16, d32 // 32, 16, 16, 2), np.uint16),
+                amx.zeros_aligned((2, d32 // 16, t32 // 32, 16, 16, 2), np.uint16))
+
+    for h in range(n_head):
+        ref, ours = buffers(), buffers()
+        pack_head(qkv, h, d, np.float32(1 / np.sqrt(d)), *ref)
+        amx_tower.pack_head16(qkv, h, d, np.float32(1 / np.sqrt(d)), *ours)
+        assert all(np.array_equal(a, b) for a, b in zip(ref, ours))
