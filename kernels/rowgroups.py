@@ -106,8 +106,9 @@ def min_tokens(layout):
     """The smallest batch that a copy in `layout` multiplies bit for bit as the file's kernels
     do: Q6_K_X* spell only llama.cpp's tiled fold, which batches of fewer than
     TILED_MIN_TOKENS do not take; the K-quant copies fold a single token as the gemv does not;
-    Q8_0_X* (of Q8_0 or Q5_0 weights) and Q4_0_X* fold one token as the gemv does; the plain
-    Q8_0 copy of Q5_0 rows that do not group serves batches."""
+    Q8_0_X* (of Q8_0 or Q5_0 weights) and Q4_0_X* fold one token as the gemv does, and the
+    "p16" copies (PACKED) are made for it (up to decode_tokens); the plain Q8_0 copy of Q5_0
+    rows that do not group serves batches."""
     if layout in (Q6_K_X8, Q6_K_X16):
         return TILED_MIN_TOKENS
     if layout in (Q8_0_X8, Q8_0_X16, Q4_0_X8, Q4_0_X16) + PACKED:
