@@ -180,9 +180,9 @@ def _active_kernels(qtypes):
     and their names stand for the 8-row kernels, so nothing more is compiled), and each
     format's active decode and prefill kernels."""
     kernels = {}
-    for (source, width), layout in rowgroups.LAYOUT_OF.items():
+    for (source, name), layout in rowgroups.LAYOUT_OF.items():
         if layout in qtypes:
-            use = layout if width == 8 or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, 8]
+            use = layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"]
             kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
     for fmt in formats.FORMATS:
         if fmt.ID in qtypes:
@@ -276,9 +276,9 @@ def _fused_source(qtypes, fused):
              "        if False:",
              "            pass"]
     kernels = {}
-    for (source, width), layout in rowgroups.LAYOUT_OF.items():
+    for (source, name), layout in rowgroups.LAYOUT_OF.items():
         if layout in qtypes:
-            use = layout if width == 8 or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, 8]
+            use = layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"]
             kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
             kernels[f"_fused_{layout}"] = rowgroups.FUSED_KERNELS[use]
             lines.append(f"        elif qtype == {layout}:   # {type_name(layout)}")

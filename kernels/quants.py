@@ -35,10 +35,14 @@ Q8_0_X16 = 59
 Q4_K_X16 = 58
 Q6_K_X16 = 57
 Q4_0_X16 = 56
+Q6_K_P16 = 55    # Q6_K and Q5_0 in 16-row groups, the file's bytes a row and block (rowgroups_p16.py)
+Q5_0_P16 = 54
+Q4_K_P16 = 53
 # copy layout -> (the file format whose rows it holds and whose activations it takes, bytes a
 # row and block)
 COPY_LAYOUTS = {Q8_0_X8: (Q8_0, 36), Q8_0_X16: (Q8_0, 36), Q4_0_X8: (Q4_0, 20), Q4_0_X16: (Q4_0, 20),
-                Q4_K_X8: (Q4_K, 312), Q4_K_X16: (Q4_K, 312), Q6_K_X8: (Q6_K, 356), Q6_K_X16: (Q6_K, 356)}
+                Q4_K_X8: (Q4_K, 312), Q4_K_X16: (Q4_K, 312), Q6_K_X8: (Q6_K, 356), Q6_K_X16: (Q6_K, 356),
+                Q6_K_P16: (Q6_K, 210), Q5_0_P16: (Q5_0, 22), Q4_K_P16: (Q4_K, 144)}
 
 # (qtype id,) -> elements / bytes per block; indexable from njit code.
 BLOCK_ELEMS = formats.table("BLOCK_ELEMS")
@@ -57,7 +61,8 @@ def row_bytes(qtype, n_cols):
 
 def type_name(qtype):
     names = {Q8_0_X8: "Q8_0_X8", Q4_0_X8: "Q4_0_X8", Q4_K_X8: "Q4_K_X8", Q6_K_X8: "Q6_K_X8",
-             Q8_0_X16: "Q8_0_X16", Q4_0_X16: "Q4_0_X16", Q4_K_X16: "Q4_K_X16", Q6_K_X16: "Q6_K_X16"}
+             Q8_0_X16: "Q8_0_X16", Q4_0_X16: "Q4_0_X16", Q4_K_X16: "Q4_K_X16", Q6_K_X16: "Q6_K_X16",
+             Q6_K_P16: "Q6_K_P16", Q5_0_P16: "Q5_0_P16", Q4_K_P16: "Q4_K_P16"}
     return names[qtype] if qtype in names else GGMLQuantizationType(qtype).name
 
 

@@ -4,8 +4,10 @@ Four formats have copies model.weight_copies makes at load (make_copy): Q8_0_X8 
 and Q5_0 weights), Q4_0_X8, Q4_K_X8 and Q6_K_X8, each with its fill and tile below (built
 from the template in rowgroup_template.py), and the same four 16 rows wide (Q8_0_X16, ...:
 zmm lanes, for CPUs with AVX-512 and VNNI, where a zmm operation costs what a ymm one does
-and does twice the rows). Which phases multiply through
-which copy is a layout choice ("x8", "x16" or "file": LAYOUT_DEFAULTS, the tuner's, a pin).
+and does twice the rows). Q6_K, Q5_0 and Q4_K have a third, "p16" (rowgroups_p16.py): their file's
+bytes a row and block in 16-row groups, folded one token at a time as the file's vec dot, for
+decode, which streams bytes. Which phases multiply through which copy is a layout choice ("x8",
+"x16", "p16" or "file": LAYOUT_DEFAULTS, the tuner's, a pin).
 The Q8_0 case first, which shows the idea, told for 8 rows.
 
 The register tiles of simd.py hold one (row, token) pair per accumulator, ggml's 8 int32 lanes
@@ -58,6 +60,9 @@ from .quants import (
     Q6_K,
     Q6_K_X8,
     Q6_K_X16,
+    Q6_K_P16,
+    Q5_0_P16,
+    Q4_K_P16,
     Q8_0,
     Q8_0_X8,
     Q8_0_X16,
@@ -81,13 +86,17 @@ from .rowgroup_template import (  # noqa: F401  (abs_quants, group_sums: the aux
     group_sums,
 )
 from .simd import HAS_AVX512BW, HAS_VNNI
+from . import rowgroups_p16
 
-# copy name -> rows a group: "x8" one ymm lane a row, "x16" one zmm lane a row (AVX-512)
-WIDTHS = {"x8": 8, "x16": 16}
+# copy name -> rows a group: "x8" one ymm lane a row, "x16" one zmm lane a row (AVX-512),
+# "p16" the file's bytes for 16 rows, folded one token at a time (Q6_K: rowgroups_p16.py)
+WIDTHS = {"x8": 8, "x16": 16, "p16": 16}
 GROUP = max(WIDTHS.values())    # a row count that groups for every width
-# (file format, rows a group) -> the layout of its copy (Q5_0 goes through Q8_0's)
-LAYOUT_OF = {(Q8_0, 8): Q8_0_X8, (Q4_0, 8): Q4_0_X8, (Q4_K, 8): Q4_K_X8, (Q6_K, 8): Q6_K_X8,
-             (Q8_0, 16): Q8_0_X16, (Q4_0, 16): Q4_0_X16, (Q4_K, 16): Q4_K_X16, (Q6_K, 16): Q6_K_X16}
+# (file format, copy name) -> the layout of its copy (Q5_0 goes through Q8_0's)
+LAYOUT_OF = {(Q8_0, "x8"): Q8_0_X8, (Q4_0, "x8"): Q4_0_X8, (Q4_K, "x8"): Q4_K_X8, (Q6_K, "x8"): Q6_K_X8,
+             (Q8_0, "x16"): Q8_0_X16, (Q4_0, "x16"): Q4_0_X16, (Q4_K, "x16"): Q4_K_X16, (Q6_K, "x16"): Q6_K_X16,
+             (Q6_K, "p16"): Q6_K_P16, (Q5_0, "p16"): Q5_0_P16, (Q4_K, "p16"): Q4_K_P16}
+PACKED = (Q6_K_P16, Q5_0_P16, Q4_K_P16)     # the "p16" layouts: decode's, not prefill's
 # the 16-row copies run where the CPU has AVX-512 with VNNI (elsewhere their zmm operations
 # are spelt in plain IR: exact, for tests, not offered)
 HAS_X16 = HAS_VNNI and HAS_AVX512BW
@@ -97,13 +106,25 @@ def min_tokens(layout):
     """The smallest batch that a copy in `layout` multiplies bit for bit as the file's kernels
     do: Q6_K_X* spell only llama.cpp's tiled fold, which batches of fewer than
     TILED_MIN_TOKENS do not take; the K-quant copies fold a single token as the gemv does not;
-    Q8_0_X* (of Q8_0 or Q5_0 weights) and Q4_0_X* fold one token as the gemv does; the plain
-    Q8_0 copy of Q5_0 rows that do not group serves batches."""
+    Q8_0_X* (of Q8_0 or Q5_0 weights) and Q4_0_X* fold one token as the gemv does, and the
+    "p16" copies (PACKED) are made for it (up to decode_tokens); the plain Q8_0 copy of Q5_0
+    rows that do not group serves batches."""
     if layout in (Q6_K_X8, Q6_K_X16):
         return TILED_MIN_TOKENS
-    if layout in (Q8_0_X8, Q8_0_X16, Q4_0_X8, Q4_0_X16):
+    if layout in (Q8_0_X8, Q8_0_X16, Q4_0_X8, Q4_0_X16) + PACKED:
         return 1
     return 2
+
+
+def decode_tokens(layout):
+    """The largest batch a copy that decode takes serves: the "p16" copies fold as the file's
+    kernels below TILED_MIN_TOKENS (Q6_K's vec dot; Q5_0's, which tinyBLAS's batches fold
+    alike) or, Q4_K's, below the 4 tokens llama.cpp's repacked gemm takes, so they take a
+    batched step's few tokens too; the other copies serve one token there and batches only
+    where prefill takes them."""
+    if layout == Q4_K_P16:
+        return 3
+    return TILED_MIN_TOKENS - 1 if layout in PACKED else 1
 
 
 # (format, phase) -> its default layout, for the pairs a copy can serve (the tuner races the
@@ -115,10 +136,11 @@ def min_tokens(layout):
 # 1.8-2.3x the 8-row copy's GFLOP/s, Q4_K 1.9-2.4x, Q6_K 2.2x, Q4_0 2.3-2.7x; decode streams
 # 3-8 % faster, so one 16-row copy serves both phases.
 LAYOUT_DEFAULTS = {(Q8_0, "decode"): "x8", (Q4_0, "decode"): "x8", (Q5_0, "decode"): "file",
-                   **{(q, "prefill"): "x8" for q in (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K)}}
+                   (Q6_K, "decode"): "file", (Q4_K, "decode"): "file", **{(q, "prefill"): "x8" for q in (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K)}}
 X16_DEFAULTS = {pair: "x16" for pair, layout in LAYOUT_DEFAULTS.items() if layout == "x8"}
 if HAS_X16:
     LAYOUT_DEFAULTS.update(X16_DEFAULTS)
+    LAYOUT_DEFAULTS.update({(q, "decode"): "p16" for q in (Q6_K, Q5_0, Q4_K)})
 
 
 def layout_choices(qtype, phase):
@@ -129,14 +151,15 @@ def layout_choices(qtype, phase):
     names = [name for name in WIDTHS if name == "x8" or HAS_X16]
     layouts = {name: copy_layout(qtype, GROUP, name) for name in names}
     batch = 1 if phase == "decode" else TILED_MIN_TOKENS
-    return ("file",) + tuple(n for n, lay in layouts.items() if lay is not None and min_tokens(lay) <= batch)
+    return ("file",) + tuple(n for n, lay in layouts.items()
+                             if lay is not None and min_tokens(lay) <= batch and (phase == "decode" or lay not in PACKED))
 
 
 def copy_layout(qtype, n_rows, name="x8"):
     """The layout of the `name` copy ("x8", "x16") of an (n_rows, n) matrix in `qtype`, or
     None: Q5_0 goes through Q8_0 (the same f16 scale, quants - 16), as plain Q8_0 where its
     rows do not group."""
-    source = Q8_0 if qtype == Q5_0 else qtype
+    source = Q8_0 if qtype == Q5_0 and (qtype, name) not in _copies() else qtype
     if (source, name) not in _copies():
         return None
     if n_rows % WIDTHS[name]:
@@ -151,7 +174,7 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
     layout = copy_layout(qtype, n_rows, name)
     if layout is None:
         return None
-    if qtype == Q5_0:
+    if qtype == Q5_0 and layout != Q5_0_P16:
         blocks, qtype = q5_0_as_q8_0(blocks), Q8_0
     if layout == Q8_0:
         if out is None:
@@ -220,7 +243,7 @@ def q8_0_x8(vnni, width=8, step=1):
     Q8_0_X16 (width 16: the offset form; vpdpbusd in plain IR without VNNI). Tests build the
     other forms too."""
     offset = vnni or width == 16
-    layout = LAYOUT_OF[Q8_0, width]
+    layout = LAYOUT_OF[Q8_0, f"x{width}"]
     flip = 0x80 if offset else 0
     rep = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip),
                     layout, 32, width)
@@ -290,7 +313,7 @@ def _finish_scalar(g, v, acc):
 def q4_0_x8_kernel(vnni, width=8, step=1):
     """The Q4_0_X8 (or, width 16, Q4_0_X16) kernel in its form for a CPU with or without
     VNNI (the layout is one)."""
-    layout = LAYOUT_OF[Q4_0, width]
+    layout = LAYOUT_OF[Q4_0, f"x{width}"]
     return _kernel(layout, 32, AUX_BLOCK_SUMS8,
                    _tile("q4_0_x8", layout, 32, 1, _block_q4_0, _finish_scalar, vnni=vnni, width=width, step=step),
                    width=width)
@@ -366,7 +389,7 @@ def _block_q4_k(chunks):
 def q4_k_x8_kernel(width=8, step=1):
     """The Q4_K_X8 (or, width 16, Q4_K_X16) kernel: the repacked gemm's tile, the gemv's for
     the tokens past it."""
-    layout = LAYOUT_OF[Q4_K, width]
+    layout = LAYOUT_OF[Q4_K, f"x{width}"]
     return _kernel(layout, 256, AUX_BSUMS32,
                    _tile("q4_k_x8_gemm", layout, 256, 2, _block_q4_k(4), _finish_scalar, width=width, step=step),
                    _tile("q4_k_x8_gemv", layout, 256, 2, _block_q4_k(1), _finish_scalar, width=width),
@@ -431,7 +454,7 @@ def _block_q6_k(g, v, wb, tok, blk, acc):
 
 def q6_k_x8_kernel(width=8, step=1):
     """The Q6_K_X8 (or, width 16, Q6_K_X16) kernel: llama.cpp's tiled fold."""
-    layout = LAYOUT_OF[Q6_K, width]
+    layout = LAYOUT_OF[Q6_K, f"x{width}"]
     return _kernel(layout, 256, AUX_BSUMS16,
                    _tile("q6_k_x8_tiled", layout, 256, 1, _block_q6_k, lambda g, v, acc: acc[0], width=width,
                          step=step),
@@ -450,7 +473,7 @@ _STEPS = {Q8_0: 2, Q4_0: 6, Q4_K: 1, Q6_K: 6}
 def _copy(qtype, width):
     """(layout, repack, kernel) of the `width`-row copy of `qtype` weights, in the form for
     this CPU."""
-    layout, step = LAYOUT_OF[qtype, width], _STEPS[qtype] if width == 16 else 1
+    layout, step = LAYOUT_OF[qtype, f"x{width}"], _STEPS[qtype] if width == 16 else 1
     if qtype == Q8_0:
         return (layout, *q8_0_x8(HAS_VNNI, width, step))
     block_elems, fill, kernel = {Q4_0: (32, _fill_q4_0, lambda: q4_0_x8_kernel(HAS_VNNI, width, step)),
@@ -467,7 +490,10 @@ def _copies():
     on first use (importing this module builds no kernel). Q5_0 takes Q8_0's through its Q8_0
     copy (quants.q5_0_as_q8_0)."""
     if not _built:
-        _built.update({(qtype, name): _copy(qtype, width) for qtype in _STEPS for name, width in WIDTHS.items()})
+        _built.update({(qtype, name): _copy(qtype, WIDTHS[name]) for qtype, name in LAYOUT_OF if name != "p16"})
+        _built[Q6_K, "p16"] = rowgroups_p16.q6_k_p16()
+        _built[Q5_0, "p16"] = rowgroups_p16.q5_0_p16()
+        _built[Q4_K, "p16"] = rowgroups_p16.q4_k_p16()
     return _built
 
 

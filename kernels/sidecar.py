@@ -12,8 +12,8 @@ the first of
                 rows x 1 tile; "ref", the plain loops, serves both)
 A sidecar from another machine, another version, or one that cannot be read is refused as a
 whole with a named reason; an entry naming a variant that this build does not offer is skipped.
-The same precedence chooses each format's layout for a phase (resolve_layouts): "x8" or
-"x16", the 8- or 16-row copy model.weight_copies makes at load (kernels/rowgroups.py), or "file", the
+The same precedence chooses each format's layout for a phase (resolve_layouts): "x8",
+"x16" or "p16", a copy model.weight_copies makes at load (kernels/rowgroups.py), or "file", the
 blocks as they lie in the file; a pin names it as a variant ("Q8_0:decode=file"), a sidecar or
 profile under the key "<phase> layout". A layout this CPU is not offered (x16 without AVX-512)
 is skipped with a note, as an unknown variant is. Layouts are data the compiled forward reads:
@@ -41,8 +41,8 @@ PHASES = ("decode", "prefill")
 PIN_ENV = "DASLLAMA_KERNELS"
 CONFIG_ENV = "DASLLAMA_CONFIG"
 PROFILES = Path(__file__).parent / "profiles"
-# a format's weights for a phase: its 8- or 16-row copy, or the file's blocks
-LAYOUT_NAMES = ("x8", "x16", "file")
+# a format's weights for a phase: one of its copies (kernels/rowgroups.py), or the file's blocks
+LAYOUT_NAMES = ("x8", "x16", "p16", "file")
 # files of the tuner itself: editing them does not change how fast a kernel runs
 _NOT_KERNELS = {"tune.py", "sidecar.py", "cpu.py", "bench_matmul.py"}
 

@@ -18,7 +18,7 @@ Steps, each refusing rather than guessing:
 5. per shape, a variant that beats the type's winner by SHAPE_GAIN (and wins its duel) is kept
    for that shape alone;
 6. the layout: where the model may copy a format's weights into an 8- or 16-row interleave
-   at load (rowgroups.make_copy), each copy's kernel ("x8", "x16": those this CPU is offered) races
+   at load (rowgroups.make_copy), each copy's kernel ("x8", "x16", "p16": those this CPU is offered) races
    beside the file's variants on the same shapes, gated alike; per type and phase the layout
    with the least time summed over the copied tensors is kept (sidecar key "<phase> layout"),
    after a duel where that changes what is in force. The file's winner still serves the
@@ -402,7 +402,7 @@ def _layout_times(group, medians, chosen):
 
 
 def _decide_layout(qtype, phase, group, medians, chosen, incumbent, share, build, on_step, notes):
-    """{layout_key(phase): "x8", "x16" or "file"}, or {} where no tensor's copy raced: the
+    """{layout_key(phase): "x8", "x16", "p16" or "file"}, or {} where no tensor's copy raced: the
     fastest in sum over the copied tensors; a change from what is in force must win a duel of
     the two layouts' kernels (the file's: its winner) on the tensors both can serve."""
     copied, times = _layout_times(group, medians, chosen)

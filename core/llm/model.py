@@ -59,7 +59,8 @@ def layouts_in_force():
 def _copies_wanted(qtype, rows, layouts):
     """{copy name: (layout, min_tokens, max_tokens)} of one weight: the copy each phase takes
     (layouts[qtype, phase]), where this CPU is offered it and it folds that phase's batches as
-    the file's kernels do; a copy both phases take is one, serving both."""
+    the file's kernels do; a copy both phases take is one, serving both. A decode copy serves
+    one token, a "p16" one the few of a batched step too (rowgroups.decode_tokens)."""
     wanted = {}
     for phase in ("decode", "prefill"):
         name = layouts.get((qtype, phase), "file")
@@ -67,7 +68,10 @@ def _copies_wanted(qtype, rows, layouts):
         layout = rowgroups.copy_layout(qtype, rows, name) if offered else None
         if layout is None or (phase == "decode" and rowgroups.min_tokens(layout) != 1):
             continue
-        lo, hi = (1, 1) if phase == "decode" else (max(2, rowgroups.min_tokens(layout)), BATCH_MAX)
+        if phase == "decode":
+            lo, hi = 1, rowgroups.decode_tokens(layout)
+        else:
+            lo, hi = max(2, rowgroups.min_tokens(layout)), BATCH_MAX
         if name in wanted:
             _, lo_other, hi_other = wanted[name]
             lo, hi = min(lo, lo_other), max(hi, hi_other)

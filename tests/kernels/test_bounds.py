@@ -52,9 +52,11 @@ def test_every_variant_stays_inside_its_buffers(qtype):
 def test_every_copy_kernel_stays_inside_its_buffers(qtype, copy):
     n_cols = 1024 if qtype in (Q.Q4_K, Q.Q6_K) else 512
     width = rowgroups.WIDTHS[copy]
-    first = rowgroups.min_tokens(rowgroups.copy_layout(qtype, width, copy))   # Q6_K's copies fold T >= 8 only
+    layout = rowgroups.copy_layout(qtype, width, copy)
+    first = rowgroups.min_tokens(layout)   # Q6_K's x8/x16 copies fold T >= 8 only
+    last = rowgroups.decode_tokens(layout) if layout in rowgroups.PACKED else n_cols   # the p16 ones T < 8
     for n_rows, n_tokens in [(width, 1), (width, 2), (2 * width, 9), (3 * width, 33)]:
-        n_tokens = max(n_tokens, first)
+        n_tokens = min(max(n_tokens, first), last)
         w, bufs = _inputs(qtype, n_rows, n_cols, n_tokens, seed=n_rows + n_tokens)
         if qtype == Q.Q8_0:   # the offset copies take no -128 quant (ggml's quantiser writes none)
             q = w.reshape(-1, 34)[:, 2:]

@@ -229,12 +229,15 @@ def _multiply_copy(qtype, w, n_rows, n_cols, bufs, n_tokens, copy, kernel=None):
 
 # (rows, tokens) per copy: the 16-row copy's tiles take tokens two by two, then one
 _COPY_CASES = {"x8": [(8, 1), (16, 5), (24, 33), (64, 130)], "x16": [(16, 1), (16, 6), (48, 33), (64, 130)]}
+_Q5_0_P16_CASES = [("Q5_0", "p16", 16, 1), ("Q5_0", "p16", 48, 3), ("Q5_0", "p16", 64, 7)]
 
 
-@pytest.mark.parametrize("source", ["Q8_0", "Q5_0"])
-@pytest.mark.parametrize("copy,n_rows,n_tokens", [(c, r, t) for c, cases in _COPY_CASES.items() for r, t in cases])
+@pytest.mark.parametrize("source,copy,n_rows,n_tokens", [(s, c, r, t) for s in ("Q8_0", "Q5_0")
+                                                         for c, cases in _COPY_CASES.items() for r, t in cases]
+                         + _Q5_0_P16_CASES)
 def test_q8_0_copies_multiply_bit_for_bit_alike(source, copy, n_rows, n_tokens):
     # the copies of model.weight_copies: 8 or 16 rows a vector, the token's bytes broadcast
+    # (Q5_0's p16 copy in its own 22 bytes a row and block, folded as the Q8_0 copies)
     qtype = getattr(Q, source)
     w, x = _case(qtype, n_rows=n_rows, n_tokens=n_tokens, seed=n_rows + n_tokens)
     w = _without_minus_128(w) if qtype == Q.Q8_0 else w
@@ -270,7 +273,7 @@ def test_fused_decode_gives_each_matrix_its_own_product(qtype):
 
 
 @pytest.mark.parametrize("qtype,n_tokens", [(Q.Q8_0, 1), (Q.Q8_0, 5), (Q.Q4_0, 3), (Q.Q4_K, 2), (Q.Q4_K, 6),
-                                            (Q.Q6_K, 8)], ids=str)
+                                            (Q.Q6_K, 8), (Q.Q6_K, 4), (Q.Q5_0, 1), (Q.Q5_0, 5)], ids=str)
 def test_fused_products_through_the_copies(qtype, n_tokens):
     # a decode step's one token and a batched step's few through the copies in one region:
     # each token's product as matmul's, Q4_K's first tokens through llama.cpp's gemm fold (its
@@ -281,8 +284,11 @@ def test_fused_products_through_the_copies(qtype, n_tokens):
     x = np.random.default_rng(3).standard_normal((n_tokens, 512)).astype(np.float32)
     refs = [_ref(qtype, w, x)[0] for w in ws]
     bufs = _quantised(qtype, x)
-    for copy in ["x8", "x16"] if rowgroups.HAS_X16 else ["x8"]:
+    for copy in ["x8", "x16", "p16"] if rowgroups.HAS_X16 else ["x8"]:
         layout = rowgroups.copy_layout(qtype, 16, copy)
+        last = rowgroups.decode_tokens(layout) if layout in rowgroups.PACKED else n_tokens
+        if layout is None or not rowgroups.min_tokens(layout) <= n_tokens <= last:
+            continue
         packed = [rowgroups.make_copy(qtype, w, r, 512, name=copy) for w, r in zip(ws, shapes)]
         outs = [np.full((n_tokens, r), np.nan, np.float32) for r in shapes]
         assert M.fused_for((layout,))(layout, packed[0], 48, outs[0], packed[1], 16, outs[1], packed[2], 32,
@@ -328,11 +334,13 @@ def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(width, step, n_ro
 
 
 # (format, columns, (rows, tokens) per copy): Q4_K's first T - T % 4 tokens (T >= 4) fold as
-# llama.cpp's repacked gemm, the rest as its gemv; Q6_K_X* spell only the tiled fold (T >= 8)
+# llama.cpp's repacked gemm, the rest as its gemv; Q6_K_X* spell only the tiled fold (T >= 8),
+# Q6_K_P16 only the vec dot's (T < 8), Q4_K_P16 only the gemv's (T < 4)
 _K_COPIES = [("Q4_0", 512, {"x8": [(8, 1), (16, 5), (24, 33), (64, 130)], "x16": [(16, 1), (32, 5), (64, 33)]}),
              ("Q4_K", 1024, {"x8": [(8, 1), (8, 3), (16, 4), (24, 5), (64, 13), (32, 130)],
-                             "x16": [(16, 3), (16, 4), (32, 13), (32, 130)]}),
-             ("Q6_K", 1024, {"x8": [(8, 8), (16, 9), (24, 13), (64, 130)], "x16": [(16, 8), (32, 9), (48, 13)]})]
+                             "x16": [(16, 3), (16, 4), (32, 13), (32, 130)], "p16": [(16, 1), (48, 3)]}),
+             ("Q6_K", 1024, {"x8": [(8, 8), (16, 9), (24, 13), (64, 130)], "x16": [(16, 8), (32, 9), (48, 13)],
+                             "p16": [(16, 1), (32, 3), (48, 7)]})]
 
 
 @pytest.mark.parametrize("source,n_cols,copy,n_rows,n_tokens",
@@ -366,9 +374,14 @@ def test_which_batches_a_copy_folds_as_the_file_does():
     assert rowgroups.copy_layout(Q.Q4_K, 12) is None and rowgroups.copy_layout(Q.Q4_1, 16) is None
     assert rowgroups.copy_layout(Q.Q6_K, 24, "x16") is None and rowgroups.copy_layout(Q.Q6_K, 24) == Q.Q6_K_X8
     # K-quant copies serve batches only; the 16-row ones only where this CPU runs them
-    assert rowgroups.layout_choices(Q.Q4_K, "decode") == ()
+    assert rowgroups.layout_choices(Q.Q4_K, "decode") == ("file",) + ("p16",) * rowgroups.HAS_X16
     assert rowgroups.layout_choices(Q.Q4_K, "prefill") == ("file", "x8") + ("x16",) * rowgroups.HAS_X16
-    assert rowgroups.layout_choices(Q.Q5_0, "decode") == ("file", "x8") + ("x16",) * rowgroups.HAS_X16
+    assert rowgroups.layout_choices(Q.Q5_0, "decode") == ("file", "x8") + ("x16", "p16") * rowgroups.HAS_X16
+    # the packed copies serve decode (and a batched step's few tokens), never prefill
+    assert rowgroups.layout_choices(Q.Q6_K, "decode") == ("file",) + ("p16",) * rowgroups.HAS_X16
+    assert "p16" not in rowgroups.layout_choices(Q.Q6_K, "prefill")
+    assert rowgroups.decode_tokens(Q.Q6_K_P16) == 7 and rowgroups.decode_tokens(Q.Q8_0_X16) == 1
+    assert rowgroups.decode_tokens(Q.Q4_K_P16) == 3     # llama.cpp's repacked gemm takes batches of 4
 
 
 def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
