@@ -61,6 +61,21 @@ def _groups(src, n_groups, n_blocks, width, block_bytes):
     return src.reshape(n_groups, width, n_blocks, block_bytes)
 
 
+def _in_chunks(fill, block_bytes, chunk_bytes=256 * 1024):
+    """fill over a few row groups at a time (all three copies keep the file's bytes a row and
+    block, so a group's source and copy are as long): numpy's temporaries then stay small and
+    are reused, where whole-matrix ones were fresh pages every time (Qwen2.5's 132 Q5_0 fills
+    spent 2-8 s in the kernel's page faults on this VM against ~0.5 s of copying)."""
+    def chunked(src, n_groups, n_blocks, out, width):
+        group = width * n_blocks * block_bytes
+        step = max(1, chunk_bytes // group)
+        for g0 in range(0, n_groups, step):
+            g1 = min(n_groups, g0 + step)
+            fill(src[g0 * group:g1 * group], g1 - g0, n_blocks, out[g0 * group:g1 * group], width)
+        return True
+    return chunked
+
+
 def _rows_last(a):
     """(group, row, block, ...) -> (group, block, ..., row): a field's n rows side by side."""
     return np.moveaxis(a, 1, -1)
@@ -129,7 +144,7 @@ def _finish(g, v, acc):
 def q6_k_p16():
     """(layout, repack, kernel) of the Q6_K_P16 copy."""
     tile = _tile("q6_k_p16", Q6_K_P16, 256, 8, _block, _finish, vnni=HAS_VNNI, width=WIDTH)
-    return Q6_K_P16, _repacker(_fill, Q6_K_P16, 256, WIDTH), _kernel(Q6_K_P16, 256, AUX_BSUMS16, tile)
+    return Q6_K_P16, _repacker(_in_chunks(_fill, 210), Q6_K_P16, 256, WIDTH), _kernel(Q6_K_P16, 256, AUX_BSUMS16, tile)
 
 
 # Q5_0_P16: per group of n = 16 rows and block (22n bytes):
@@ -179,7 +194,7 @@ def q5_0_p16(step=4):
     one token at a time 88 and 299), a decode step's one token 1.1x and 1.7x (load 4)."""
     from .rowgroups import _finish_q8_0
     tile = _tile("q5_0_p16", Q5_0_P16, 32, 8, _block_q5_0, _finish_q8_0, vnni=HAS_VNNI, width=WIDTH, step=step)
-    return Q5_0_P16, _repacker(_fill_q5_0, Q5_0_P16, 32, WIDTH), _kernel(Q5_0_P16, 32, AUX_LANE_OFFSETS, tile)
+    return Q5_0_P16, _repacker(_in_chunks(_fill_q5_0, 22), Q5_0_P16, 32, WIDTH), _kernel(Q5_0_P16, 32, AUX_LANE_OFFSETS, tile)
 
 
 # Q4_K_P16: per group of n = 16 rows and block (144n bytes):
@@ -242,4 +257,4 @@ def q4_k_p16():
     """(layout, repack, kernel) of the Q4_K_P16 copy."""
     from .rowgroups import _finish_scalar
     tile = _tile("q4_k_p16", Q4_K_P16, 256, 2, _block_q4_k, _finish_scalar, width=WIDTH)
-    return Q4_K_P16, _repacker(_fill_q4_k, Q4_K_P16, 256, WIDTH), _kernel(Q4_K_P16, 256, AUX_BSUMS32, tile)
+    return Q4_K_P16, _repacker(_in_chunks(_fill_q4_k, 144), Q4_K_P16, 256, WIDTH), _kernel(Q4_K_P16, 256, AUX_BSUMS32, tile)
