@@ -261,7 +261,9 @@ class Engine:
         finite = logits[np.isfinite(logits)]
         top = float(finite.max())
         logz = top + math.log(float(np.exp(finite - top).sum()))
-        best = np.argsort(-logits)[:job.logprobs] if job.logprobs else []
+        # a constraint's mask leaves -inf logits: those tokens could not be sampled, and JSON has
+        # no -inf, so the alternatives are the finite ones (fewer than asked if the mask is tight)
+        best = [i for i in np.argsort(-logits)[:job.logprobs] if np.isfinite(logits[i])] if job.logprobs else []
         return float(logits[token]) - logz, tuple((self._piece(i), float(logits[i]) - logz) for i in best)
 
     def _piece(self, token):

@@ -2,6 +2,7 @@
 the bad ones: one real server (SmolLM2-135M, Whisper tiny.en, the Piper voice) for the module."""
 import io
 import json
+import math
 import subprocess
 import sys
 import wave
@@ -190,6 +191,13 @@ def test_json_schema_response_parses_and_validates(client):
     obj = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "A colour as JSON."}],
                                          temperature=0, max_tokens=60, response_format={"type": "json_object"})
     assert isinstance(json.loads(obj.choices[0].message.content), dict)
+    # under the mask most of the vocabulary is -inf: the alternatives stay finite (JSON has no -inf)
+    scored = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "A colour as JSON."}],
+                                            temperature=0, max_tokens=6, response_format={"type": "json_object"},
+                                            logprobs=True, top_logprobs=20)
+    entries = scored.choices[0].logprobs.content
+    assert entries and all(math.isfinite(t.logprob) for e in entries for t in e.top_logprobs)
+    assert any(len(e.top_logprobs) < 20 for e in entries)
 
 
 def test_a_forced_tool_call(client):
