@@ -30,17 +30,22 @@ BFloatType._create_instance()
 V16F, V16I, V16H, V16B, V16B8 = vec(F32T, 16), vec(I32, 16), vec(I16, 16), vec(BFloatType(), 16), vec(I8, 16)
 
 
-def exp_nonpositive16(g, x):
-    """encoder_ops.exp_nonpositive on 16 lanes: Cephes' expf, x clamped below at _EXP_MIN."""
+def _exp_parts16(g, x):
+    """(y, n) with e^x = y * 2^n on 16 lanes: Cephes' expf reduction and polynomial."""
     b = g.b
     c = lambda v: g.c(V16F, float(v))
-    x = g.intr("llvm.maxnum.v16f32", V16F, [x, c(eo._EXP_MIN)])
     n = g.intr("llvm.floor.v16f32", V16F, [g.fma(x, c(eo._LOG2E), c(eo._HALF))])
     r = g.fma(n, c(-eo._LN2_LO), g.fma(n, c(-eo._LN2_HI), x))
     p = c(eo._P0)
     for coef in (eo._P1, eo._P2, eo._P3, eo._P4, eo._P5):
         p = g.fma(p, r, c(coef))
-    y = g.fma(b.fmul(p, r), r, b.fadd(r, c(1.0)))
+    return g.fma(b.fmul(p, r), r, b.fadd(r, c(1.0))), n
+
+
+def exp_nonpositive16(g, x):
+    """encoder_ops.exp_nonpositive on 16 lanes: Cephes' expf, x clamped below at _EXP_MIN."""
+    b = g.b
+    y, n = _exp_parts16(g, g.intr("llvm.maxnum.v16f32", V16F, [x, g.c(V16F, float(eo._EXP_MIN))]))
     scale = b.bitcast(b.shl(b.add(b.fptosi(n, V16I), g.c(V16I, 127)), g.c(V16I, 23)), V16F)
     return b.fmul(y, scale)
 
@@ -49,14 +54,8 @@ def exp_scalef16(g, x):
     """exp_nonpositive16 without the clamp, 2^n applied by vscalefps (underflow to 0, not to
     e^_EXP_MIN): four fewer ops a vector, for finite x <= 0 (a softmax's s - max). The same
     value wherever e^x is a normal float."""
-    b = g.b
     c = lambda v: g.c(V16F, float(v))
-    n = g.intr("llvm.floor.v16f32", V16F, [g.fma(x, c(eo._LOG2E), c(eo._HALF))])
-    r = g.fma(n, c(-eo._LN2_LO), g.fma(n, c(-eo._LN2_HI), x))
-    p = c(eo._P0)
-    for coef in (eo._P1, eo._P2, eo._P3, eo._P4, eo._P5):
-        p = g.fma(p, r, c(coef))
-    y = g.fma(b.fmul(p, r), r, b.fadd(r, c(1.0)))
+    y, n = _exp_parts16(g, x)
     return g.intr("llvm.x86.avx512.mask.scalef.ps.512", V16F,
                   [y, n, c(0.0), ir.Constant(I16, -1), ir.Constant(I32, 4)])
 
