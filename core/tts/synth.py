@@ -74,7 +74,9 @@ def synthesize(text, voice, speed=1.0, noise_scale=None, noise_w=None, speaker=N
         normalize = getattr(voice, "normalizes", True)
     rate = voice.sample_rate
     silence = np.zeros(int(rate * sentence_silence), np.float32)
-    ids = [voice.phoneme_ids(phonemes) for phonemes in sentence_phonemes(text, voice, phonemizer)]
+    # a generator: a sentence is phonemised when its turn comes, so the first audio waits for
+    # its own sentence's front end only, not the whole text's
+    ids = (voice.phoneme_ids(phonemes) for phonemes in sentence_phonemes(text, voice, phonemizer))
     scales = (noise_scale, length_scale, noise_w, speaker, seed)
     many = getattr(voice, "audios", None)      # a voice that runs whole sentences side by side
     audios = many(ids, *scales) if many else (voice.audio(i, *scales) for i in ids)
