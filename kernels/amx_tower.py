@@ -33,7 +33,7 @@ from numba import njit
 from numba.extending import intrinsic
 
 from . import amx, tower_rows
-from .actq import quantize_row_q8_0, round_f16
+from .actq import quantize_q8_0_rows, quantize_row_q8_0, round_f16
 from .ir import F32T, I8, I32, I64, Gen, f16_to_f32, f32_bits, i64_call, vec
 from .quants import JIT
 from .simd import _loop
@@ -202,7 +202,7 @@ def _store(tiles, out, bias):
             out[t, r] = tiles[t, r] + bias[r] if with_bias else tiles[t, r]
 
 
-quantize_rows = tower_rows.quantize_q8_0_rows()
+quantize_rows = quantize_q8_0_rows
 
 
 def _q8_driver(epilogue):

@@ -264,6 +264,14 @@ class Gen:
         s = b.fadd(self.shuffle(s, s, [0, 1]), self.shuffle(s, s, [2, 3]))
         return b.fadd(b.extract_element(s, self.c(I32, 0)), b.extract_element(s, self.c(I32, 1)))
 
+    def reduce_tree(self, v, op):
+        """Lane 0 of a shuffle tree of op over v's lanes (halves folded onto the low lanes)."""
+        n = v.type.count
+        while n > 1:
+            n //= 2
+            v = op(v, self.shuffle(v, v, [n + i if i < n else i for i in range(v.type.count)]))
+        return self.b.extract_element(v, self.c(I32, 0))
+
     def hsum_exact(self, v):
         """Sum of float lanes holding integers below 2**24: exact in any order."""
         n = v.type.count

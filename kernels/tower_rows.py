@@ -27,7 +27,7 @@ class BFloatType(ir.types._BaseFloatType):
 
 BFloatType._create_instance()
 
-V16F, V16I, V16H, V16B, V16B8 = vec(F32T, 16), vec(I32, 16), vec(I16, 16), vec(BFloatType(), 16), vec(I8, 16)
+V16F, V16I, V16H, V16B = vec(F32T, 16), vec(I32, 16), vec(I16, 16), vec(BFloatType(), 16)
 
 
 def _exp_parts16(g, x):
@@ -70,15 +70,6 @@ def bf16_value16(g, h):
     return g.b.bitcast(g.b.shl(g.b.zext(h, V16I), g.c(V16I, 16)), V16F)
 
 
-def _reduce(g, v, op):
-    """Lane 0 of a shuffle tree of op over 16 lanes."""
-    n = 16
-    while n > 1:
-        n //= 2
-        v = op(v, g.shuffle(v, v, [n + i if i < n else i for i in range(16)]))
-    return g.b.extract_element(v, g.c(I32, 0))
-
-
 _softmax = {}
 
 
@@ -109,7 +100,7 @@ def _emit_softmax(with_lo, b, args):
         has_tail = b.icmp_signed(">", tail, g.c(I64, 0))
         tail_s = b.select(tail_mask, g.load(s_row, tail_at, V16F), neg_inf)
         mx = b.select(has_tail, vmax(mx, tail_s), mx)
-        row_max = _reduce(g, mx, vmax)
+        row_max = g.reduce_tree(mx, vmax)
         m_at = b.bitcast(g.at(m_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
         l_at = b.bitcast(g.at(l_p, b.mul(t, g.c(I64, 4))), F32T.as_pointer())
         m_old = b.load(m_at)
@@ -155,7 +146,7 @@ def _emit_softmax(with_lo, b, args):
             return a
 
         _loop(g, n_done, b.sdiv(n_zero, g.c(I64, 16)), [g.c(I64, 0)], clear)
-        sum_ = _reduce(g, total, b.fadd)
+        sum_ = g.reduce_tree(total, b.fadd)
         alpha0 = b.extract_element(alpha, g.c(I32, 0))
         b.store(b.fadd(b.fmul(b.load(l_at), alpha0), sum_), l_at)
         return acc
@@ -180,60 +171,6 @@ def softmax_block(with_lo):
 
     run._set_uuid(f"dasllama.tower_rows.{name}")
     _softmax[with_lo] = run
-    return run
-
-
-_quantize = {}
-
-
-def _emit_quantize(b, args):
-    """The body of quantize_q8_0_rows' function."""
-    g = Gen(b)
-    x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows = args
-    x_p, q_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, xq, xd))
-    vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
-    abs_mask = g.c(V16I, 0x7FFFFFFF)
-
-    def row(t, acc):
-        x_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in ((x_p, x_rs), (q_p, xq_rs), (d_p, xd_rs)))
-
-        def block(kb, acc):
-            halves = [g.load(x_row, b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)), V16F) for h in range(2)]
-            mags = [b.bitcast(b.and_(b.bitcast(v, V16I), abs_mask), V16F) for v in halves]
-            amax = _reduce(g, vmax(*mags), vmax)
-            d = b.fdiv(amax, ir.Constant(F32T, 127.0))
-            inv = b.select(b.fcmp_ordered("!=", amax, ir.Constant(F32T, 0.0)),
-                           b.fdiv(ir.Constant(F32T, 127.0), amax), ir.Constant(F32T, 0.0))
-            inv16 = g.splat(inv, 16)
-            for h, v in enumerate(halves):
-                q = g.intr("llvm.roundeven.v16f32", V16F, [b.fmul(v, inv16)])
-                ptr = b.bitcast(g.at(q_row, b.add(b.mul(kb, g.c(I64, 32)), g.c(I64, 16 * h))), V16B8.as_pointer())
-                b.store(b.trunc(b.fptosi(q, V16I), V16B8), ptr).align = 1
-            d_at = b.bitcast(g.at(d_row, b.mul(kb, g.c(I64, 4))), F32T.as_pointer())
-            b.store(b.fpext(b.fptrunc(d, ir.HalfType()), F32T), d_at).align = 4
-            return acc
-
-        _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
-        return acc
-
-    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
-
-
-def quantize_q8_0_rows():
-    """numba intrinsic run(x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows): actq.quantize_row_q8_0
-    (ggml's quantize_row_q8_0) of n_rows float32 rows of 32 n_kb at x into int8 xq and the
-    blocks' f16-rounded scales, float32, at xd; bit for bit its result, a block two vectors (the
-    numba loop was 3.7 cycles a value: ~45 ms of the qwen2a tower's 190 in its products)."""
-    if "run" in _quantize:
-        return _quantize["run"]
-    name = "dasllama_tower_quantize_q8_0"
-
-    @intrinsic
-    def run(typingctx, x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows):
-        return i64_call(8, name, _emit_quantize)
-
-    run._set_uuid(f"dasllama.tower_rows.{name}")
-    _quantize["run"] = run
     return run
 
 

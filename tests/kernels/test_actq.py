@@ -36,8 +36,9 @@ def _np_q8_0(x):
     return q.reshape(x.shape), d[..., 0].astype(np.float16).astype(np.float32), q, d[..., 0]
 
 
-def test_q8_0_matches_ggml_avx2_formula():
-    x = _x(3, 1024)
+@pytest.mark.parametrize("n_tokens", [3, 37])    # one call; PAR_ROWS-row calls on the pool, a short last
+def test_q8_0_matches_ggml_avx2_formula(n_tokens):
+    x = _x(n_tokens, 1024)
     xq, xd, _, _ = _run(A.ACT_Q8_0, x)
     q, d, _, _ = _np_q8_0(x)
     np.testing.assert_array_equal(xq, q)

@@ -4,7 +4,7 @@ import pytest
 from numba import njit
 
 from dasllama.kernels import tower_rows
-from dasllama.kernels.actq import quantize_row_q8_0
+from dasllama.kernels.actq import quantize_q8_0_rows, quantize_row_q8_0
 
 
 def bf16_float(bits):
@@ -49,7 +49,7 @@ def test_softmax_block_matches_reference(n, with_lo):
 def test_quantize_q8_0_rows_is_ggmls_to_the_bit():
     """Rows over six decades of scale, an all-zero block, ties at .5 and a lone value: the
     int8 quants and the f16-rounded scales equal actq.quantize_row_q8_0's."""
-    run = tower_rows.quantize_q8_0_rows()
+    run = quantize_q8_0_rows
 
     @njit
     def call(x, xq, xd):
