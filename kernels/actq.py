@@ -127,6 +127,67 @@ def quantize_q8_0_rows(typingctx, x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows):
 quantize_q8_0_rows._set_uuid("dasllama.actq.quantize_q8_0_rows")     # a stable disk-cache key
 
 
+def _emit_quantize_q8_k(b, args):
+    """The body of quantize_q8_k_rows' function."""
+    g = Gen(b)
+    x, x_rs, xq, xq_rs, xd, xd_rs, xa, xa_rs, n_sb, n_rows = args
+    x_p, q_p, d_p, a_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, xq, xd, xa))
+    vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
+    abs_mask = g.c(V16I, 0x7FFFFFFF)
+    zero, i16 = ir.Constant(F32T, 0.0), ir.IntType(16)
+
+    def row(t, acc):
+        x_row, q_row, d_row, a_row = (g.at(p, b.mul(t, rs)) for p, rs in
+                                      ((x_p, x_rs), (q_p, xq_rs), (d_p, xd_rs), (a_p, xa_rs)))
+
+        def block(sb, acc):
+            vs = [g.load(x_row, b.add(b.mul(sb, g.c(I64, 1024)), g.c(I64, 64 * i)), V16F) for i in range(16)]
+            mags = [b.bitcast(b.and_(b.bitcast(v, V16I), abs_mask), V16F) for v in vs]
+            top = mags[0]
+            for m in mags[1:]:
+                top = vmax(top, m)
+            amax = g.reduce_tree(top, vmax)
+            # ggml's scan keeps the first value of the largest magnitude (`>`): its index is the
+            # first set bit of the first vector that holds the magnitude
+            at = g.c(I64, 0)
+            for i in reversed(range(16)):
+                hits = b.bitcast(b.fcmp_ordered("==", mags[i], g.splat(amax, 16)), i16)
+                first = b.add(g.c(I64, 16 * i), b.zext(g.intr("llvm.cttz.i16", i16, [hits, ir.Constant(ir.IntType(1), 0)]), I64))
+                at = b.select(b.icmp_unsigned("!=", hits, ir.Constant(i16, 0)), first, at)
+            signed = g.f32(x_row, b.add(b.mul(sb, g.c(I64, 1024)), b.mul(at, g.c(I64, 4))))
+            empty = b.fcmp_ordered("==", amax, zero)
+            iscale = b.select(empty, zero, b.fdiv(ir.Constant(F32T, -127.0), signed))
+            scale16 = g.splat(iscale, 16)
+            for i, v in enumerate(vs):
+                q = g.intr("llvm.roundeven.v16f32", V16F, [b.fmul(scale16, v)])
+                q = b.fptosi(g.intr("llvm.minnum.v16f32", V16F, [q, g.c(V16F, 127.0)]), V16I)
+                ptr = b.bitcast(g.at(q_row, b.add(b.mul(sb, g.c(I64, 256)), g.c(I64, 16 * i))), V16B8.as_pointer())
+                b.store(b.trunc(q, V16B8), ptr).align = 1
+                a_at = b.bitcast(g.at(a_row, b.add(b.mul(sb, g.c(I64, 64)), g.c(I64, 4 * i))), F32T.as_pointer())
+                b.store(b.sitofp(g.intr("llvm.vector.reduce.add.v16i32", I32, [q]), F32T), a_at).align = 4
+            d_at = b.bitcast(g.at(d_row, b.mul(sb, g.c(I64, 4))), F32T.as_pointer())
+            b.store(b.select(empty, zero, b.fdiv(ir.Constant(F32T, 1.0), iscale)), d_at).align = 4
+            return acc
+
+        _loop(g, g.c(I64, 0), n_sb, [g.c(I64, 0)], block)
+        return acc
+
+    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
+@intrinsic
+def quantize_q8_k_rows(typingctx, x, x_rs, xq, xq_rs, xd, xd_rs, xa, xa_rs, n_sb, n_rows):
+    """run(x, x_rs, xq, xq_rs, xd, xd_rs, xa, xa_rs, n_sb, n_rows) at int64 addresses and byte
+    strides: quantize_row_q8_k of n_rows float32 rows of 256 n_sb at x (int8 quants at xq, the
+    super-blocks' scales at xd, the sums per 16 as float32 at xa), bit for bit, a super-block
+    sixteen vectors: the largest magnitude a max tree, its first index (the signed value
+    ggml's scan keeps) the first set bit of the compare masks."""
+    return i64_call(10, "dasllama_quantize_q8_k_rows", _emit_quantize_q8_k)
+
+
+quantize_q8_k_rows._set_uuid("dasllama.actq.quantize_q8_k_rows")     # a stable disk-cache key
+
+
 @njit(**JIT)
 def quantize_row_q8_k(x, xq, xd, xa):
     """One row: x (C,) f32 -> xq (C,) int8, xd (C//256,) scales, xa (C//16,) bsums."""
@@ -183,11 +244,17 @@ PAR_ROWS = 16
 def quantize_act(kind, x, xq, xd, xa, xf):
     """Fill the buffers of `kind` from x (T, C) f32, for the first T rows."""
     T = x.shape[0]
-    if kind == ACT_Q8_0:    # the rows as 16-lane IR, PAR_ROWS a call
+    if kind == ACT_Q8_0 or kind == ACT_Q8_K:    # the rows as 16-lane IR, PAR_ROWS a call
         for t0 in numba.prange((T + PAR_ROWS - 1) // PAR_ROWS if T >= PAR_ROWS else 1):
             r0 = t0 * PAR_ROWS
-            quantize_q8_0_rows(x[r0:].ctypes.data, x.strides[0], xq[r0:].ctypes.data, xq.strides[0],
-                               xd[r0:].ctypes.data, xd.strides[0], x.shape[1] // 32, min(PAR_ROWS, T - r0))
+            n = min(PAR_ROWS, T - r0)
+            if kind == ACT_Q8_0:
+                quantize_q8_0_rows(x[r0:].ctypes.data, x.strides[0], xq[r0:].ctypes.data, xq.strides[0],
+                                   xd[r0:].ctypes.data, xd.strides[0], x.shape[1] // 32, n)
+            else:
+                quantize_q8_k_rows(x[r0:].ctypes.data, x.strides[0], xq[r0:].ctypes.data, xq.strides[0],
+                                   xd[r0:].ctypes.data, xd.strides[0], xa[r0:].ctypes.data, xa.strides[0],
+                                   x.shape[1] // 256, n)
     elif T < PAR_ROWS:
         for t in range(T):
             _quantize_row(kind, x[t], xq[t], xd[t], xa[t], xf[t])

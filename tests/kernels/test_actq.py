@@ -67,8 +67,12 @@ def test_q8_1_sums():
     np.testing.assert_array_equal(xa[:, :s.shape[1]], s)
 
 
-def test_q8_k_matches_ggml_reference_formula():
-    x = _x(3, 1024, seed=5)
+@pytest.mark.parametrize("n_tokens", [3, 37])
+def test_q8_k_matches_ggml_reference_formula(n_tokens):
+    x = _x(n_tokens, 1024, seed=5)
+    x[1, 256:512] = np.arange(256) - 127.5          # one magnitude twice (-127.5 first), and ties
+    x[2, 512:768] = 0
+    x[2, 600], x[2, 700] = 3.0, -3.0                  # the first of +-3 gives the scale's sign
     xq, xd, xa, _ = _run(A.ACT_Q8_K, x)
     for t in range(x.shape[0]):
         for b in range(x.shape[1] // 256):
