@@ -412,6 +412,15 @@ def test_abs_quants():
     assert rowgroups.abs_quants(xq, 1, 6).tolist() == [[127, 1, 0, 1, 127, 64]]
 
 
+@pytest.mark.parametrize("n_cols", [32, 96, 640])
+def test_lane_offsets_are_group_sums(n_cols):
+    """The IR lane sums (64 quants a vpdpbusd, a 32-quant tail) equal group_sums' loop."""
+    from dasllama.kernels.rowgroup_template import lane_offsets
+    xq = np.random.default_rng(n_cols).integers(-127, 128, (5, n_cols)).astype(np.int8)
+    for bias in (0, 0x4B400000):
+        assert np.array_equal(lane_offsets(xq, 5, n_cols, bias), rowgroups.group_sums(xq, 5, n_cols, 4, -128) + bias)
+
+
 def test_group_sums():
     xq = np.array([[-127, -127, -127, -127, 127, 1, 0, -3]], np.int8)
     assert rowgroups.group_sums(xq, 1, 8, 4, -128).tolist() == [[128 * 508, -128 * 125]]
