@@ -442,11 +442,23 @@ def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, h
                     _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
                            k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
                            kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
+        # the tile's occupied positions, for rows that see all of it (the mask's loop below
+        # costs as much as a third of the fmas; a row that sees the whole tile skips it)
+        whole = ic + FA_TILE_KV <= n_kv
+        k_lo, k_hi = kpos[ic], kpos[ic]
+        for j in range(ic, ic1):
+            whole = whole and kpos[j] >= 0
+            k_lo, k_hi = min(k_lo, kpos[j]), max(k_hi, kpos[j])
         for r in range(nr):
             p = qpos[t0 + r]
             row = kq[r]
             n_seen = 0
-            for tk in range(FA_TILE_KV):
+            if (whole and softcap == 0.0 and (not causal or k_hi <= p)
+                    and (n_swa <= 0 or p - k_lo < n_swa)):
+                n_seen = FA_TILE_KV
+                for tk in range(FA_TILE_KV):
+                    row[tk] = row[tk] * np.float32(scale)
+            for tk in range(FA_TILE_KV if n_seen == 0 else 0):
                 j = ic + tk
                 if j < n_kv and sees(kpos[j], p, n_swa, causal):
                     n_seen += 1
