@@ -235,6 +235,18 @@ def _quantize_row(kind, x, xq, xd, xa, xf):
             xf[e] = x[e]
 
 
+@njit(**JIT, inline="always")
+def _quantize_rows(kind, x, xq, xd, xa, r0, n):
+    """Rows r0 .. r0 + n of x into Q8_0 or Q8_K (kind) through the IR quantisers."""
+    if kind == ACT_Q8_0:
+        quantize_q8_0_rows(x[r0:].ctypes.data, x.strides[0], xq[r0:].ctypes.data, xq.strides[0],
+                           xd[r0:].ctypes.data, xd.strides[0], x.shape[1] // 32, n)
+    else:
+        quantize_q8_k_rows(x[r0:].ctypes.data, x.strides[0], xq[r0:].ctypes.data, xq.strides[0],
+                           xd[r0:].ctypes.data, xd.strides[0], xa[r0:].ctypes.data, xa.strides[0],
+                           x.shape[1] // 256, n)
+
+
 # rows from which a batch is quantised on the thread pool (rows are independent; ops.py's
 # row-wise ops use the same threshold)
 PAR_ROWS = 16
@@ -245,16 +257,11 @@ def quantize_act(kind, x, xq, xd, xa, xf):
     """Fill the buffers of `kind` from x (T, C) f32, for the first T rows."""
     T = x.shape[0]
     if kind == ACT_Q8_0 or kind == ACT_Q8_K:    # the rows as 16-lane IR, PAR_ROWS a call
-        for t0 in numba.prange((T + PAR_ROWS - 1) // PAR_ROWS if T >= PAR_ROWS else 1):
-            r0 = t0 * PAR_ROWS
-            n = min(PAR_ROWS, T - r0)
-            if kind == ACT_Q8_0:
-                quantize_q8_0_rows(x[r0:].ctypes.data, x.strides[0], xq[r0:].ctypes.data, xq.strides[0],
-                                   xd[r0:].ctypes.data, xd.strides[0], x.shape[1] // 32, n)
-            else:
-                quantize_q8_k_rows(x[r0:].ctypes.data, x.strides[0], xq[r0:].ctypes.data, xq.strides[0],
-                                   xd[r0:].ctypes.data, xd.strides[0], xa[r0:].ctypes.data, xa.strides[0],
-                                   x.shape[1] // 256, n)
+        if T < PAR_ROWS:    # a decode step's: no parallel region
+            _quantize_rows(kind, x, xq, xd, xa, 0, T)
+        else:
+            for t0 in numba.prange((T + PAR_ROWS - 1) // PAR_ROWS):
+                _quantize_rows(kind, x, xq, xd, xa, t0 * PAR_ROWS, min(PAR_ROWS, T - t0 * PAR_ROWS))
     elif T < PAR_ROWS:
         for t in range(T):
             _quantize_row(kind, x[t], xq[t], xd[t], xa[t], xf[t])
