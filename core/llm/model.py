@@ -151,8 +151,8 @@ def resident_weights(data, enabled=True, budget=None):
     (enabled, and the file within `budget` bytes, default a quarter of the machine's RAM) an
     array of anonymous memory of the file's size, read-only like the map so the forward sees
     one array type, and `writable` the same memory, into which the model copies the parts the
-    forward reads (Model._prepare: the embedding, and the weights no copy serves in a batch
-    asked for); the rest is never touched and takes no memory (None: the map).
+    forward reads (Model._make_resident: the embedding, and the weights no copy serves in a
+    batch asked for); the rest is never touched and takes no memory (None: the map).
 
     numpy backs an array that large with huge pages where the kernel offers them (madvise),
     and the map has 4 KiB pages: decode reads the file's own blocks (the gemv of Q5_0, Q4_K,
@@ -316,7 +316,9 @@ class Model:
         self.n_batch = int(n_batch)
         if self.n_ctx < 1 or self.n_batch < 1:
             raise ValueError(f"n_ctx ({self.n_ctx}) and n_batch ({self.n_batch}) must be at least 1.")
-        self.wbuf, self._wbuf_writable = resident_weights(self.gguf.data, copies)
+        # the map until some weight reads the file's bytes (_make_resident): the embedding's
+        # lookup reads a few rows a token from it
+        self.wbuf, self._wbuf_writable, self._copies = self.gguf.data, None, copies
         self._cbuf_writable = np.empty(size, np.uint8)   # pages a copy does not fill take no memory
         self.cbuf = self._cbuf_writable.view()
         self.cbuf.setflags(write=False)
@@ -331,13 +333,20 @@ class Model:
         self._made = np.full_like(self.ctab, -1)      # the copies made so far: the net's ctab
         self._resident = set()      # (layer, slot) whose file bytes are in wbuf
         self._prepared = (0, 0)     # the largest batch, and output rows, made ready for
-        if self._wbuf_writable is not None:
-            embd = self.tables.wtab[-1, fw.W_EMBD]
-            self._make_resident(int(embd[0]), int(embd[2]) * row_bytes(int(embd[1]), int(embd[3])))
         self._prepare(1, 1)
         self.timings = Timings(load_s=time.perf_counter() - t0)
 
-    def _make_resident(self, off, nbytes):
+    def _make_resident(self, layer, slot):
+        """The file's bytes of weight (layer, slot) into wbuf's anonymous memory (made at the
+        first such weight, with the embedding's rows: resident_weights), where the model may
+        have it."""
+        if self._wbuf_writable is None:
+            self.wbuf, self._wbuf_writable = resident_weights(self.gguf.data, self._copies)
+            if self._wbuf_writable is None:
+                return      # the map: copies off, or past the budget
+            self._make_resident(self.tables.wtab.shape[0] - 1, fw.W_EMBD)
+        off, qtype, rows, cols = (int(v) for v in self.tables.wtab[layer, slot])
+        nbytes = rows * row_bytes(qtype, cols)
         self._wbuf_writable[off:off + nbytes] = self.gguf.data[off:off + nbytes]
 
     def _prepare(self, n_tokens, n_out):
@@ -345,7 +354,8 @@ class Model:
         that serve those batches (ctab's plan, made at the first batch that takes each: a
         decode-only session never makes the copies of long batches), and, where wbuf is
         anonymous memory, the file's bytes of each weight that no copy serves there (a weight
-        every batch reads from its copies takes none). Then the net reads the copies made."""
+        every batch reads from its copies takes none; a model all of whose weights do keeps
+        wbuf the map, whose embedding rows the lookup reads). Then the net reads the copies made."""
         ready, ready_out = self._prepared
         if n_tokens <= ready and n_out <= ready_out:
             return
@@ -365,10 +375,8 @@ class Model:
         for layer, slot in _matrices(wtab):
             n = n_out if layer == n_layer else n_tokens
             first = _first_use(self.ctab[layer, slot], -1)
-            if self._wbuf_writable is not None and (layer, slot) not in self._resident and first is not None \
-                    and first <= n:
-                off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
-                self._make_resident(off, rows * row_bytes(qtype, cols))
+            if (layer, slot) not in self._resident and first is not None and first <= n:
+                self._make_resident(layer, slot)
                 self._resident.add((layer, slot))
         self._prepared = (max(n_tokens, ready), max(n_out, ready_out))
         self.net = fw.net_of(self.wbuf, wtab, self.cbuf, self._made, t.fbuf, t.ftab, t.shape,
