@@ -236,7 +236,7 @@ def _dispatch_source(qtypes):
         lines += [f"        elif qtype == {layout}:   # {type_name(layout)}",
                   f"            _copy_{layout}({_ARGS})"]
     phases = file_phases(qtypes)
-    for phase, tokens in (("decode", "n_tokens == 1"), ("prefill", "n_tokens > 1")):
+    for phase, tokens in (("decode", "n_tokens == 1"), ("prefill", "n_tokens != 1")):
         for fmt_id in [fmt_id for fmt_id, served in phases.items() if phase in served]:
             lines += [f"        elif qtype == {fmt_id} and {tokens}:   # {type_name(fmt_id)}",
                       f"            _{phase}_{fmt_id}({_ARGS})"]
