@@ -184,11 +184,36 @@ def _active_kernels(qtypes):
         if layout in qtypes:
             use = layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"]
             kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
-    for fmt in formats.FORMATS:
-        if fmt.ID in qtypes:
-            kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
-            kernels[f"_prefill_{fmt.ID}"] = shape_kernel(fmt.ID, "prefill", _active_choices(), build_kernel)
+    for fmt_id, phases in file_phases(qtypes).items():
+        for phase in PHASES:
+            if phase in phases:
+                kernels[f"_{phase}_{fmt_id}"] = shape_kernel(fmt_id, phase, _active_choices(), build_kernel)
     return kernels
+
+
+def file_phases(qtypes):
+    """{format id: the phases a dispatch over `qtypes` multiplies from that format's own blocks}:
+    a dispatch set holds copy layouts, and formats either by id alone (both phases: decode, one
+    token, and prefill, more) or as (id, phase) pairs, phase "decode", "prefill" or "rows" (no
+    matmul phase: only the token lookup, dequantize_row, reads it). model.step_formats gives a
+    model's step the pairs its copies leave to the file's kernels, so the step compiles no
+    kernel that no matrix takes."""
+    phases = {}
+    for q in qtypes:
+        fmt_id, wanted = (int(q), PHASES) if not isinstance(q, tuple) else (int(q[0]), (q[1],))
+        if fmt_id in formats.BY_ID:
+            phases.setdefault(fmt_id, set()).update(p for p in wanted if p in PHASES)
+    return {fmt_id: phases[fmt_id] for fmt_id in sorted(phases)}
+
+
+def set_key(q):
+    """A sort key and spelling of a dispatch set's member (an id, or an (id, phase) pair)."""
+    return (int(q), "") if not isinstance(q, tuple) else (int(q[0]), str(q[1]))
+
+
+def set_text(qtypes):
+    """A dispatch set as text (its cache keys and step names): 8 for an id, 8d/8p/8r for pairs."""
+    return [f"{i}{p[:1]}" for i, p in sorted(map(set_key, qtypes))]
 
 
 _ARGS = "w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out"
@@ -197,25 +222,26 @@ _ARGS = "w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out"
 def _dispatch_source(qtypes):
     """matmul's source over `qtypes`, generated from the registry: the copies' layouts at any
     token count (rowgroups.min_tokens), then each format's decode kernel for one token, its
-    prefill kernel for more. A qtype outside the set does nothing (the caller's set holds
-    every qtype it passes: model.step_formats)."""
+    prefill kernel for more, in the phases the set holds (file_phases). Any other qtype or
+    phase raises: a step's set must hold every (qtype, batch) its copies leave to the file's
+    blocks (model.step_formats), and a weight it missed is an error, never an output left as
+    it was."""
     lines = ["def make(selection):",
              f"    def matmul(qtype, {_ARGS}):",
              f'        """{MATMUL_DOC}"""',
-             "        _ = selection  # noqa: F841  (the cache key, see _build_matmul)"]
-    copies = [layout for layout in rowgroups.LAYOUT_OF.values() if layout in qtypes]
-    for i, layout in enumerate(copies):
-        lines += [f"        {'if' if i == 0 else 'elif'} qtype == {layout}:   # {type_name(layout)}",
+             "        _ = selection  # noqa: F841  (the cache key, see _build_matmul)",
+             "        if False:",
+             "            pass"]
+    for layout in [layout for layout in rowgroups.LAYOUT_OF.values() if layout in qtypes]:
+        lines += [f"        elif qtype == {layout}:   # {type_name(layout)}",
                   f"            _copy_{layout}({_ARGS})"]
-    fmts = [fmt for fmt in formats.FORMATS if fmt.ID in qtypes]
-    if fmts:
-        lines.append(f"        {'elif' if copies else 'if'} n_tokens == 1:")
-        for phase in ("decode", "prefill"):
-            if phase == "prefill":
-                lines.append("        else:")
-            for i, fmt in enumerate(fmts):
-                lines += [f"            {'if' if i == 0 else 'elif'} qtype == {fmt.ID}:   # {type_name(fmt.ID)}",
-                          f"                _{phase}_{fmt.ID}({_ARGS})"]
+    phases = file_phases(qtypes)
+    for phase, tokens in (("decode", "n_tokens == 1"), ("prefill", "n_tokens != 1")):
+        for fmt_id in [fmt_id for fmt_id, served in phases.items() if phase in served]:
+            lines += [f"        elif qtype == {fmt_id} and {tokens}:   # {type_name(fmt_id)}",
+                      f"            _{phase}_{fmt_id}({_ARGS})"]
+    lines += ["        else:",
+              "            raise ValueError('matmul: a weight format and batch size this dispatch was not built for')"]
     return lines + ["    return matmul"]
 
 
@@ -240,9 +266,10 @@ def _build_matmul(qtypes=None):
 def _selection(qtypes):
     """The text a generated dispatch keeps as its cache key: the variants in force for
     `qtypes` and the set itself."""
-    chosen = {key: name for key, name in _active_choices().items() if key[0] in qtypes}
+    ids = {set_key(q)[0] for q in qtypes}
+    chosen = {key: name for key, name in _active_choices().items() if key[0] in ids}
     return ",".join(f"{key}={name}" for key, name in sorted(chosen.items(), key=str)) + \
-        ";qtypes=" + ",".join(map(str, sorted(qtypes)))
+        ";qtypes=" + ",".join(set_text(qtypes))
 
 
 _built_fused = {}
@@ -284,7 +311,7 @@ def _fused_source(qtypes, fused):
             lines.append(f"        elif qtype == {layout}:   # {type_name(layout)}")
             lines += _fused_call(layout, fused, f"_copy_{layout}", "n_tokens", "            ")
     for fmt in formats.FORMATS:
-        if fmt.ID in qtypes:
+        if "decode" in file_phases(qtypes).get(fmt.ID, ()):
             kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
             one = build_fused_kernel(fmt.ID, _active_choices()[fmt.ID, "decode"])
             if one is not None:
@@ -329,8 +356,8 @@ def fused_for(qtypes, fused=None):
     """The fused dispatch (fused_matmul) over the formats and copy layouts in `qtypes`,
     with fused kernels for those in `fused` (default: all), one per pair of sets per process:
     what a model's step calls for q, k, v and gate, up of a few tokens."""
-    qtypes = frozenset(int(q) for q in qtypes)
-    fused = qtypes if fused is None else frozenset(int(q) for q in fused)
+    qtypes = frozenset(q if isinstance(q, tuple) else int(q) for q in qtypes)
+    fused = frozenset(q for q in qtypes if not isinstance(q, tuple)) if fused is None else frozenset(int(q) for q in fused)
     if (qtypes, fused) not in _fused_for_set:
         _fused_for_set[qtypes, fused] = _build_fused(qtypes, fused)
     return _fused_for_set[qtypes, fused]
@@ -339,7 +366,7 @@ def fused_for(qtypes, fused=None):
 def matmul_for(qtypes):
     """`matmul` over the formats and copy layouts in `qtypes` only (one per set per process):
     what a model's compiled step links, so it compiles no other format's kernels."""
-    key = frozenset(int(q) for q in qtypes)
+    key = frozenset(q if isinstance(q, tuple) else int(q) for q in qtypes)
     if key not in _for_set:
         _for_set[key] = _build_matmul(key)
     return _for_set[key]

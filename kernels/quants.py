@@ -101,11 +101,13 @@ _rows_for = {}
 
 def dequantize_row_for(qtypes):
     """`dequantize_row` over the registry's formats in `qtypes` only (copy layouts are left
-    out: no row lookup reads them), one per set per process: each branch walks its format's
+    out: no row lookup reads them; of the (id, phase) pairs of a step's set, those of phase
+    "rows"), one per set per process: each branch walks its format's
     blocks through that format's own decoder. dequantize_row, given a runtime qtype, compiles
     every format's decoder into its caller (a model's token lookup: 2-5 s of a cold start).
     The name carries the set, so the disk cache keeps one entry per set (see core/llm/step.py)."""
-    key = frozenset(int(q) for q in qtypes if int(q) in formats.BY_ID)
+    ids = [int(q) if not isinstance(q, tuple) else int(q[0]) if q[1] == "rows" else -1 for q in qtypes]
+    key = frozenset(q for q in ids if q in formats.BY_ID)
     if key not in _rows_for:
         name = "dequantize_row__q" + "_".join(str(q) for q in sorted(key))
         lines = [f"def {name}(qtype, w, row, n_cols, out):"]

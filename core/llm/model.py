@@ -79,82 +79,99 @@ def _copies_wanted(qtype, rows, layouts):
     return wanted
 
 
-def step_formats(wtab, layouts=None):
-    """The qtypes a model's step multiplies (step.step_for compiles the matmul dispatch over
-    these only): its matrices' formats, and the layout of every copy weight_copies may make of
-    them (layouts: as weight_copies'). Every copy the layouts allow, whether or not it is made
-    (copies off, or past the RAM budget): so the set, and the compiled step, depend only on the
-    model and this CPU's layouts. The embedding (slot W_EMBD) is only dequantised, row by row,
-    and not multiplied, unless the output matrix is tied to it (its W_OUT row is the same)."""
-    layouts = layouts_in_force() if layouts is None else layouts
+def _matrices(wtab):
+    """[(layer, slot)] of every matrix a step multiplies: the layers' and the output (the
+    embedding, slot W_EMBD of the last row, is only looked up, row by row: the output reads it
+    where tied, through W_OUT's row)."""
     n_layer = wtab.shape[0] - 1
-    rows = [wtab[layer, slot] for layer in range(n_layer) for slot in range(wtab.shape[1])]
+    rows = [(layer, slot) for layer in range(n_layer) for slot in range(wtab.shape[1])]
+    return [(layer, slot) for layer, slot in rows + [(n_layer, fw.W_OUT)] if wtab[layer, slot, 1] >= 0]
+
+
+def _source(prow, n):
+    """The entry of a weight's ctab entries `prow` that serves a batch of n tokens (the first
+    that does, as forward._weight takes it), or -1: the file's blocks."""
+    for c in range(prow.shape[0]):
+        if prow[c, 1] >= 0 and prow[c, 4] <= n <= prow[c, 5]:
+            return c
+    return -1
+
+
+def _batch_points(prow):
+    """The batch sizes at which the source of a weight (_source) can change: 1, 2, and each
+    entry's first and one past its last; between two of them it is the same."""
+    points = {1, 2}
+    for c in range(prow.shape[0]):
+        if prow[c, 1] >= 0:
+            points.update((int(prow[c, 4]), int(prow[c, 5]) + 1))
+    return sorted(n for n in points if 1 <= n <= BATCH_MAX)
+
+
+def _first_use(prow, source):
+    """The smallest batch that a weight multiplies from `source` (an entry, or -1 for the file's
+    blocks), or None."""
+    return next((n for n in _batch_points(prow) if _source(prow, n) == source), None)
+
+
+def step_formats(wtab, ctab):
+    """The set a model's step compiles its matmul dispatch over (step.step_for, matmul.file_phases):
+    the copy layouts ctab serves, and (qtype, "decode") / (qtype, "prefill") for each format
+    some weight multiplies from the file's blocks (or a plain Q8_0 copy) at one token / more,
+    where no copy serves that batch (copies off, past the RAM budget, rows that do not group, a
+    copy declined); (qtype, "rows") for the embedding's lookup. Exactly what the forward
+    takes: a dispatch asked for a (qtype, batch) outside its set raises."""
     qtypes = set()
-    for off, qtype, n_rows, cols in rows + [wtab[n_layer, fw.W_OUT]]:
-        if qtype >= 0:
-            qtypes.add(int(qtype))
-            qtypes.update(layout for layout, _, _ in _copies_wanted(int(qtype), int(n_rows), layouts).values())
+    copies = set(rowgroups.LAYOUT_OF.values())
+    for layer, slot in _matrices(wtab):
+        prow = ctab[layer, slot]
+        for n in _batch_points(prow):
+            c = _source(prow, n)
+            qtype = int(prow[c, 1]) if c >= 0 else int(wtab[layer, slot, 1])
+            qtypes.add(qtype if qtype in copies else (qtype, "decode" if n == 1 else "prefill"))
+    embd = int(wtab[-1, fw.W_EMBD, 1])
+    if embd >= 0:
+        qtypes.add((embd, "rows"))
     return frozenset(qtypes)
 
 
-def fused_formats(wtab, layouts=None):
-    """The qtypes one token's q, k, v and gate, up multiply in (the copy's layout where the
-    layouts give decode one, as weight_copies makes it): the step's fused decode dispatch
-    compiles a kernel for these only, and multiplies a matrix in any other qtype (a copy not
-    made) one at a time."""
-    layouts = layouts_in_force() if layouts is None else layouts
+def fused_formats(wtab, ctab):
+    """The qtypes one token's q, k, v and gate, up multiply in (the copy ctab serves one token
+    from, else the file's format): the step's fused decode dispatch compiles a kernel for these
+    only, and multiplies a matrix in any other qtype one at a time."""
     qtypes = set()
-    for off, qtype, n_rows, cols in wtab[:-1, [fw.W_Q, fw.W_K, fw.W_V, fw.W_GATE, fw.W_UP]].reshape(-1, 4):
-        if qtype >= 0:
-            decode = [layout for layout, lo, _ in _copies_wanted(int(qtype), int(n_rows), layouts).values() if lo == 1]
-            qtypes.add(decode[0] if decode else int(qtype))
+    for layer, slot in _matrices(wtab):
+        if layer < wtab.shape[0] - 1 and slot in (fw.W_Q, fw.W_K, fw.W_V, fw.W_GATE, fw.W_UP):
+            c = _source(ctab[layer, slot], 1)
+            qtypes.add(int(ctab[layer, slot, c, 1]) if c >= 0 else int(wtab[layer, slot, 1]))
     return frozenset(qtypes)
 
 
 def resident_weights(data, enabled=True, budget=None):
-    """The bytes the forward multiplies from: the file's read-only map, or (enabled, and the
-    file within `budget` bytes, default a quarter of the machine's RAM) the same bytes copied
-    into anonymous memory, read-only like the map so the forward sees one array type.
+    """(wbuf, writable) where the forward reads the file's blocks: the file's read-only map, or
+    (enabled, and the file within `budget` bytes, default a quarter of the machine's RAM) an
+    array of anonymous memory of the file's size, read-only like the map so the forward sees
+    one array type, and `writable` the same memory, into which the model copies the parts the
+    forward reads (Model._make_resident: the embedding, and the weights no copy serves in a
+    batch asked for); the rest is never touched and takes no memory (None: the map).
 
     numpy backs an array that large with huge pages where the kernel offers them (madvise),
     and the map has 4 KiB pages: decode reads the file's own blocks (the gemv of Q5_0, Q4_K,
     Q6_K, the output matrix) faster from the copy. Qwen2.5-0.5B Q4_K_M, the two alternated in
-    one process: faster in 8 of 8 pairs, 14.2-14.9 -> 13.6-14.3 ms a token (Zen 4). The map's
-    pages are clean and the OS may drop them once the copy is made. Like llama.cpp's --no-mmap,
-    within a budget: a model larger than it stays mapped."""
+    one process: faster in 8 of 8 pairs, 14.2-14.9 -> 13.6-14.3 ms a token (Zen 4). Like
+    llama.cpp's --no-mmap, within a budget: a model larger than it stays mapped."""
     budget = ram_bytes() // 4 if budget is None else budget
     if not enabled or data.nbytes > budget:
-        return data
-    buf = np.empty(data.nbytes, np.uint8)
-    buf[:] = data
+        return data, None
+    writable = np.empty(data.nbytes, np.uint8)
+    buf = writable.view()
     buf.setflags(write=False)
-    return buf
+    return buf, writable
 
 
-def weight_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
-    """(cbuf, ctab): copies of matmul weights that some phases multiply faster, bit for bit to
-    the same result; cbuf a read-only byte buffer like the memory map (so the forward sees one
-    array type for both), ctab[layer, slot] CTAB_COPIES entries (offset, layout, rows, cols,
-    min_tokens, max_tokens) as wtab's rows plus the batch sizes the copy serves (layout -1: no
-    copy).
-
-    Rows in groups of 8 or 16 (kernels/rowgroups.py): Q5_0 weights as Q8_0 (the same f16 scale,
-    quants - 16) and Q8_0 weights as they are go to the Q8_0_X8/X16 layout, Q4_0 to
-    Q4_0_X8/X16, Q4_K to Q4_K_X8/X16, Q6_K to Q6_K_X8/X16; Q5_0 whose rows do not group is
-    copied as plain Q8_0 (34/22 of its bytes). `layouts` ({(qtype, phase): "x8", "x16" or
-    "file"}, default layouts_in_force()) says which copy each phase takes: a copy that no
-    phase takes is not made, and a batch takes it only from rowgroups.min_tokens on, where its fold
-    is the file's kernels'. The copies that are larger than the weights they copy (36/34,
-    20/18, 312/144, 356/210) stop at `budget` bytes in all (default: a quarter of the
-    machine's RAM).
-
-    The output matrix is copied first: decode takes one token through it, and it is the
-    largest matrix (gemma3-270m's 262144-row Q8_0 vocabulary is 58 % of a decode step's
-    cycles). Its Q8_0_X16 copy keeps 16 rows' fold chains in one stream: on its own it
-    streams 58-66 GB/s where the file's rows take 39-40 (Zen 4); inside a decode step, with
-    the nets alternated in one process, 2.9 ms against 4.2 when the host's memory is free,
-    level when it is not. The embedding lookup of a tied output reads the file's rows (slot
-    W_EMBD is not copied)."""
+def plan_copies(wtab, enabled=True, budget=None, layouts=None):
+    """(ctab, plan, size) of the copies weight_copies makes: ctab as it returns it (where each
+    made copy sits in a cbuf of `size` bytes), and plan its [(layer, slot, entry, name)], in
+    the order the budget took them."""
     budget = ram_bytes() // 4 if budget is None else budget
     layouts = layouts_in_force() if layouts is None else layouts
     ctab = np.full(wtab.shape[:2] + (CTAB_COPIES, CTAB_COLS), -1, np.int64)
@@ -173,15 +190,54 @@ def weight_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
                 if extra + nbytes > budget:
                     continue
                 extra += nbytes
-            plan.append((layer, slot, entry, off, qtype, rows, cols, name, layout, (lo, hi), size))
+            plan.append((layer, slot, entry, name))
+            ctab[layer, slot, entry] = (size, layout, rows, cols, lo, hi)
             size += nbytes
+    return ctab, plan, size
+
+
+def make_copy(cbuf, data, wtab, ctab, layer, slot, entry, name):
+    """Fill one planned copy (ctab[layer, slot, entry]) into the writable cbuf from the file's
+    bytes `data`; False (and the entry cleared) where the copy declines the matrix (a Q8_0
+    quant of -128 without VNNI): it keeps the file's blocks."""
+    off, qtype, rows, cols = (int(v) for v in wtab[layer, slot])
+    at, layout = int(ctab[layer, slot, entry, 0]), int(ctab[layer, slot, entry, 1])
+    blocks = data[off:off + rows * row_bytes(qtype, cols)]
+    out = cbuf[at:at + rows * row_bytes(layout, cols)]
+    if rowgroups.make_copy(qtype, blocks, rows, cols, out=out, name=name) is None:
+        ctab[layer, slot, entry] = -1
+        return False
+    return True
+
+
+def weight_copies(wbuf, wtab, enabled=True, budget=None, layouts=None):
+    """(cbuf, ctab): copies of matmul weights that some phases multiply faster, bit for bit to
+    the same result; cbuf a read-only byte buffer like the memory map (so the forward sees one
+    array type for both), ctab[layer, slot] CTAB_COPIES entries (offset, layout, rows, cols,
+    min_tokens, max_tokens) as wtab's rows plus the batch sizes the copy serves (layout -1: no
+    copy). All made now (a Model makes each at the first batch that takes it: Model._prepare).
+
+    Rows in groups of 8 or 16 (kernels/rowgroups.py): Q5_0 weights as Q8_0 (the same f16 scale,
+    quants - 16) and Q8_0 weights as they are go to the Q8_0_X8/X16 layout, Q4_0 to
+    Q4_0_X8/X16, Q4_K to Q4_K_X8/X16, Q6_K to Q6_K_X8/X16; Q5_0 whose rows do not group is
+    copied as plain Q8_0 (34/22 of its bytes). `layouts` ({(qtype, phase): "x8", "x16" or
+    "file"}, default layouts_in_force()) says which copy each phase takes: a copy that no
+    phase takes is not made, and a batch takes it only from rowgroups.min_tokens on, where its fold
+    is the file's kernels'. The copies that are larger than the weights they copy (36/34,
+    20/18, 312/144, 356/210) stop at `budget` bytes in all (default: a quarter of the
+    machine's RAM).
+
+    The output matrix is copied first: decode takes one token through it, and it is the
+    largest matrix (gemma3-270m's 262144-row Q8_0 vocabulary is 58 % of a decode step's
+    cycles). Its Q8_0_X16 copy keeps 16 rows' fold chains in one stream: on its own it
+    streams 58-66 GB/s where the file's rows take 39-40 (Zen 4); inside a decode step, with
+    the nets alternated in one process, 2.9 ms against 4.2 when the host's memory is free,
+    level when it is not. The embedding lookup of a tied output reads the file's rows (slot
+    W_EMBD is not copied)."""
+    ctab, plan, size = plan_copies(wtab, enabled, budget, layouts)
     cbuf = np.empty(size, np.uint8)     # filled in place: no concatenation of the pieces
-    for layer, slot, entry, off, qtype, rows, cols, name, layout, served, at in plan:
-        blocks = wbuf[off:off + rows * row_bytes(qtype, cols)]
-        out = cbuf[at:at + rows * row_bytes(layout, cols)]
-        if rowgroups.make_copy(qtype, blocks, rows, cols, out=out, name=name) is None:
-            continue    # a Q8_0 quant of -128 without VNNI: this matrix keeps the file's blocks
-        ctab[layer, slot, entry] = (at, layout, rows, cols) + served
+    for layer, slot, entry, name in plan:
+        make_copy(cbuf, wbuf, wtab, ctab, layer, slot, entry, name)
     cbuf.setflags(write=False)
     return cbuf, ctab
 
@@ -242,7 +298,11 @@ class Model:
         self.gguf = open_gguf(self.path)
         self.family = family(self.gguf.architecture)
         self.hparams, self.flags, self.tables = self._describe()
-        self.step = step_for(step_formats(self.tables.wtab), fused_formats(self.tables.wtab))  # this model's formats
+        wtab = self.tables.wtab
+        # the copies this model will multiply (made as batches first take them: _prepare), and
+        # the step compiled for exactly what they leave to the file's blocks
+        self.ctab, self._plan, size = plan_copies(wtab, copies)
+        self.step = step_for(step_formats(wtab, self.ctab), fused_formats(wtab, self.ctab))
         self._compiled = None if quiet else first_compile_notice(self.step.forward, "the engine's kernels")
         # on a first run, compile on both cores from here on (see FirstCompile)
         self._first_compile = None if self._compiled is None else FirstCompile(self.step, self.tables.shape)
@@ -256,8 +316,12 @@ class Model:
         self.n_batch = int(n_batch)
         if self.n_ctx < 1 or self.n_batch < 1:
             raise ValueError(f"n_ctx ({self.n_ctx}) and n_batch ({self.n_batch}) must be at least 1.")
-        self.wbuf = resident_weights(self.gguf.data, copies)
-        self.cbuf, self.ctab = weight_copies(self.wbuf, self.tables.wtab, copies)
+        # the map until some weight reads the file's bytes (_make_resident): the embedding's
+        # lookup reads a few rows a token from it
+        self.wbuf, self._wbuf_writable, self._copies = self.gguf.data, None, copies
+        self._cbuf_writable = np.empty(size, np.uint8)   # pages a copy does not fill take no memory
+        self.cbuf = self._cbuf_writable.view()
+        self.cbuf.setflags(write=False)
         self.n_threads = set_threads(n_threads)
         self.lanes = Lanes(self.n_threads)     # the threads each decode step runs on
         self._stepped = False
@@ -266,10 +330,57 @@ class Model:
                               f"{self.kv_cache_bytes() / 2**30:.1f} GiB of KV cache, more than this "
                               f"machine's {ram_bytes() / 2**30:.1f} GiB of RAM: lower -c.")
         self._alloc()
-        t = self.tables
-        self.net = fw.net_of(self.wbuf, t.wtab, self.cbuf, self.ctab, t.fbuf, t.ftab, t.shape,
-                             t.layer_swa, t.layer_freq_base, ops.gelu_table())
+        self._made = np.full_like(self.ctab, -1)      # the copies made so far: the net's ctab
+        self._resident = set()      # (layer, slot) whose file bytes are in wbuf
+        self._prepared = (0, 0)     # the largest batch, and output rows, made ready for
+        self._prepare(1, 1)
         self.timings = Timings(load_s=time.perf_counter() - t0)
+
+    def _make_resident(self, layer, slot):
+        """The file's bytes of weight (layer, slot) into wbuf's anonymous memory (made at the
+        first such weight, with the embedding's rows: resident_weights), where the model may
+        have it."""
+        if self._wbuf_writable is None:
+            self.wbuf, self._wbuf_writable = resident_weights(self.gguf.data, self._copies)
+            if self._wbuf_writable is None:
+                return      # the map: copies off, or past the budget
+            self._make_resident(self.tables.wtab.shape[0] - 1, fw.W_EMBD)
+        off, qtype, rows, cols = (int(v) for v in self.tables.wtab[layer, slot])
+        nbytes = rows * row_bytes(qtype, cols)
+        self._wbuf_writable[off:off + nbytes] = self.gguf.data[off:off + nbytes]
+
+    def _prepare(self, n_tokens, n_out):
+        """Make what a forward of n_tokens (n_out rows of logits) reads before it runs: the copies
+        that serve those batches (ctab's plan, made at the first batch that takes each: a
+        decode-only session never makes the copies of long batches), and, where wbuf is
+        anonymous memory, the file's bytes of each weight that no copy serves there (a weight
+        every batch reads from its copies takes none; a model all of whose weights do keeps
+        wbuf the map, whose embedding rows the lookup reads). Then the net reads the copies made."""
+        ready, ready_out = self._prepared
+        if n_tokens <= ready and n_out <= ready_out:
+            return
+        t, wtab = self.tables, self.tables.wtab
+        n_layer = wtab.shape[0] - 1
+        declined = False
+        for layer, slot, entry, name in self._plan:
+            n = n_out if layer == n_layer else n_tokens
+            if self._made[layer, slot, entry, 1] < 0 and self.ctab[layer, slot, entry, 1] >= 0 and \
+                    (_first_use(self.ctab[layer, slot], entry) or BATCH_MAX) <= n:
+                if make_copy(self._cbuf_writable, self.gguf.data, wtab, self.ctab, layer, slot, entry, name):
+                    self._made[layer, slot, entry] = self.ctab[layer, slot, entry]
+                else:
+                    declined = True
+        if declined:    # a weight keeps the file's blocks where its copy was to serve: compile them
+            self.step = step_for(step_formats(wtab, self.ctab), fused_formats(wtab, self.ctab))
+        for layer, slot in _matrices(wtab):
+            n = n_out if layer == n_layer else n_tokens
+            first = _first_use(self.ctab[layer, slot], -1)
+            if (layer, slot) not in self._resident and first is not None and first <= n:
+                self._make_resident(layer, slot)
+                self._resident.add((layer, slot))
+        self._prepared = (max(n_tokens, ready), max(n_out, ready_out))
+        self.net = fw.net_of(self.wbuf, wtab, self.cbuf, self._made, t.fbuf, t.ftab, t.shape,
+                             t.layer_swa, t.layer_freq_base, ops.gelu_table())
 
     def _describe(self):
         return describe(self.gguf, self.family)
@@ -364,6 +475,7 @@ class Model:
         if any(cache.rope_shift for cache in caches):
             raise ValueError("a sequence holds an M-RoPE image; decode it alone with eval.")
         positions = np.array([c.n_past for c in caches], np.int64)
+        self._prepare(len(ids), len(ids))
         slots = np.array([c.index for c in caches], np.int64)
         self.step.forward_batch(ids, positions, slots, self.net, caches[0].block, self.scratch, self.acts,
                                 self.logits, self.n_threads)
@@ -457,6 +569,7 @@ class Model:
             planes = np.stack([pos] * 4)
         if planes is not None:
             rope = self._mrope(planes)
+        self._prepare(max(chunk.size, embd.shape[0]), n_out)
         one = max(chunk.size, embd.shape[0]) == 1
         lanes = self.lanes.pick() if one else self.n_threads
         numba.set_num_threads(lanes)

@@ -4,7 +4,9 @@
 the step that links it: the dispatch over the whole registry (13 formats, their copy layouts,
 both phases) made a gemma3 cold start compile 27 matmul functions where its 7 qtypes need 12.
 `step_for(qtypes)` compiles forward.py's @per_formats functions (and batch.py's) against
-`matmul_for(qtypes)` instead: the same Python functions, given a copy of their module's
+`matmul_for(qtypes)` instead (the set: copy layouts, and the (format, phase) pairs the copies
+leave to the file's blocks, model.step_formats; gemma3 and Qwen2.5 Q4_K_M with their copies
+take no format's matmul kernel at all): the same Python functions, given a copy of their module's
 globals in which `matmul`, `_linear`, `_qkv`, ... are the set's own. Each gets a qualified name
 that carries the set (forward__q0_6_8), so numba's disk cache keeps one entry per set: its
 index files are named after the function's qualified name, and a step compiled for one set is
@@ -25,7 +27,7 @@ from numba import njit
 
 from dasllama.kernels.actq import quantize_act
 from dasllama.kernels.attention import attention
-from dasllama.kernels.matmul import fused_for, matmul_for
+from dasllama.kernels.matmul import fused_for, matmul_for, set_key, set_text
 from dasllama.kernels.quants import dequantize_row_for
 
 from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
@@ -36,7 +38,7 @@ _steps = {}     # (frozenset of qtypes, frozenset of fused qtypes) -> Step
 
 
 def _tag(qtypes):
-    return "q" + "_".join(str(q) for q in sorted(qtypes))
+    return "q" + "_".join(set_text(qtypes))
 
 
 def step_for(qtypes, fused=None):
@@ -45,8 +47,9 @@ def step_for(qtypes, fused=None):
     decode dispatch with kernels for the `fused` ones (model.fused_formats; default all of
     `qtypes`; the others multiply one matrix at a time), one per pair of sets per process; numba
     compiles it on its first call (or loads it from the cache)."""
-    qtypes = frozenset(int(q) for q in qtypes)
-    fused = qtypes if fused is None else frozenset(int(q) for q in fused) & qtypes
+    qtypes = frozenset(q if isinstance(q, tuple) else int(q) for q in qtypes)
+    ids = {q for q in qtypes if not isinstance(q, tuple)} | {q[0] for q in qtypes if isinstance(q, tuple) and q[1] == "decode"}
+    fused = frozenset(ids) if fused is None else frozenset(int(q) for q in fused) & ids
     if (qtypes, fused) not in _steps:
         _steps[qtypes, fused] = _build(qtypes, fused)
     return _steps[qtypes, fused]
@@ -101,7 +104,7 @@ class FirstCompile:
             self.helper = subprocess.Popen(
                 [sys.executable, "-c", "from dasllama.core.llm.step import _helper; _helper()"],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.helper.stdin.write(pickle.dumps((sorted(step.qtypes), sorted(step.fused), sigs)))
+            self.helper.stdin.write(pickle.dumps((sorted(step.qtypes, key=set_key), sorted(step.fused), sigs)))
             self.helper.stdin.close()
         except OSError:
             self.helper = None

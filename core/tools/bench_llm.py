@@ -260,13 +260,14 @@ def _read_words(words, n_parts):
 
 def read_bandwidth(model, n_bytes=None):
     """Bytes a second of a plain multi-threaded read of the model's weights as decode reads them
-    (model.wbuf: the copy in anonymous memory where the model made one, else the map; the
-    first n_bytes, default all): the best of READ_PASSES passes, the wall a decode step runs
+    (the file's bytes copied into anonymous memory, as the model's copies are; the first
+    n_bytes, default all): the best of READ_PASSES passes, the wall a decode step runs
     against. Uses the model's thread count. (Read from the map, the wall was lower than what
-    the copies stream: decode passed 100 % of it.)"""
-    data = np.asarray(model.wbuf)
+    the copies stream: decode passed 100 % of it. model.wbuf holds only the bytes no copy
+    serves: its other pages, never touched, would read as one zero page.)"""
+    data = np.asarray(model.gguf.data)
     n = (min(n_bytes or data.size, data.size) // 8) * 8
-    words = data[:n].view(np.uint64)
+    words = np.array(data[:n]).view(np.uint64)
     threads = numba.get_num_threads()
     numba.set_num_threads(model.n_threads)
     try:

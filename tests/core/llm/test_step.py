@@ -1,15 +1,14 @@
 """A model's step is compiled per set of weight formats (core/llm/step.py): the matmul dispatch
-it links holds its formats' kernels and no others, the set covers every matrix and copy the
-model multiplies, and each set has a cache entry of its own (a step of one set loaded for a
-model of another would multiply its weights with nothing)."""
+it links holds the kernels of the (format or copy layout, batch) pairs the model multiplies and
+no others, a pair outside it raises, and each set has a cache entry of its own."""
 import numpy as np
 import pytest
 
 from dasllama.core import Model
 from dasllama.core.llm import forward as fw, step
-from dasllama.core.llm.model import step_formats
+from dasllama.core.llm.model import BATCH_MAX, plan_copies, step_formats
 from dasllama.kernels import matmul as M
-from dasllama.kernels import quants as Q
+from dasllama.kernels import quants as Q, rowgroups
 
 
 def test_the_dispatch_of_a_set_calls_only_its_kernels():
@@ -18,19 +17,63 @@ def test_the_dispatch_of_a_set_calls_only_its_kernels():
     for other in (Q.Q4_K, Q.Q6_K, Q.F32, Q.Q4_K_X16):
         assert f"_decode_{other}(" not in source and f"_copy_{other}(" not in source
     assert set(M._active_kernels(frozenset({Q.Q8_0}))) == {"_decode_8", "_prefill_8"}
+    assert set(M._active_kernels(frozenset({(Q.Q8_0, "prefill"), Q.Q8_0_X16}))) == {"_prefill_8", "_copy_59"}
 
 
-def test_a_models_set_holds_every_matrix_and_copy_it_multiplies(tiny_model):
-    model = Model(tiny_model("gemma3", "Q4_K"), n_ctx=64, n_threads=2, quiet=True)
+def _taken(wtab, ctab, batches=tuple(range(1, 40)) + (511, BATCH_MAX)):
+    """The set a step must hold, by brute force over batch sizes: for each weight at each size,
+    the copy forward._weight takes (its first ctab entry that serves the size) or the file's
+    format in that phase; and the embedding's lookup."""
+    taken = {(int(wtab[-1, fw.W_EMBD, 1]), "rows")}
+    L = wtab.shape[0] - 1
+    for layer, slot in [(layer, slot) for layer in range(L) for slot in range(wtab.shape[1])] + [(L, fw.W_OUT)]:
+        if wtab[layer, slot, 1] < 0:
+            continue
+        for n in batches:
+            served = [row for row in ctab[layer, slot] if row[1] >= 0 and row[4] <= n <= row[5]]
+            qtype = int(served[0][1]) if served else int(wtab[layer, slot, 1])
+            taken.add(qtype if qtype in rowgroups.LAYOUT_OF.values() else (qtype, "decode" if n == 1 else "prefill"))
+    return taken
+
+
+@pytest.mark.parametrize("copies", [True, False])
+def test_a_models_set_is_every_weight_at_every_batch_it_multiplies(tiny_model, copies):
+    # the step's dispatch holds exactly the (layout or format, batch) pairs the copies leave:
+    # a pair it lacks would raise; a format's kernels no weight takes are not compiled
+    model = Model(tiny_model("gemma3", "Q4_K"), n_ctx=64, n_threads=2, copies=copies, quiet=True)
     t = model.tables
-    L = t.wtab.shape[0] - 1
-    multiplied = set(t.wtab[:L, :, 1].ravel()) | {t.wtab[L, fw.W_OUT, 1]} | set(model.ctab[..., 1].ravel())
-    multiplied.discard(-1)
-    assert multiplied and multiplied <= model.step.qtypes
-    assert Q.Q2_K not in model.step.qtypes and Q.F16 not in model.step.qtypes
-    # copies off or on, the same set: one compiled step per model
-    assert step_formats(t.wtab) == model.step.qtypes
-    assert Model(tiny_model("gemma3", "Q4_K"), n_ctx=64, copies=False, quiet=True).step is model.step
+    assert model.step.qtypes == _taken(t.wtab, model.ctab)
+    if copies and rowgroups.HAS_X16:    # the tied Q4_K output: p16 for 1-3 rows, the file's from 4
+        assert (Q.Q4_K, "decode") not in model.step.qtypes and (Q.Q4_K, "prefill") in model.step.qtypes
+    model.eval(list(range(3, 20)), all_logits=True)     # prefill, every row's logits
+    model.eval([5])
+
+
+def test_a_copy_skipped_brings_its_formats_kernels_in(tiny_model):
+    # past the RAM budget, or declined (make_copy clears the entry: a Q8_0 quant of -128
+    # without VNNI), a weight multiplies the file's blocks in the batches the copy would serve
+    t = Model(tiny_model("gemma3", "Q4_K"), n_ctx=64, n_threads=2, quiet=True).tables
+    full, _, _ = plan_copies(t.wtab)
+    for ctab in (plan_copies(t.wtab, budget=0)[0], plan_copies(t.wtab, enabled=False)[0]):
+        assert step_formats(t.wtab, ctab) == _taken(t.wtab, ctab)
+    declined = full.copy()
+    declined[0, fw.W_Q] = -1
+    assert step_formats(t.wtab, declined) == _taken(t.wtab, declined)
+    if rowgroups.HAS_X16:
+        assert (int(t.wtab[0, fw.W_Q, 1]), "decode") in step_formats(t.wtab, declined)
+        assert (int(t.wtab[0, fw.W_Q, 1]), "decode") not in step_formats(t.wtab, full)
+
+
+def test_a_dispatch_raises_for_a_pair_outside_its_set():
+    w = np.zeros(34 * 16, np.uint8)
+    xq, xd = np.zeros((2, 32), np.int8), np.ones((2, 1), np.float32)
+    xa, xf, out = np.zeros((2, 2), np.float32), np.zeros((2, 32), np.float32), np.zeros((2, 16), np.float32)
+    decode_only = M.matmul_for({(Q.Q8_0, "decode")})
+    decode_only(Q.Q8_0, w, 16, 32, xq[:1], xd[:1], xa[:1], xf[:1], 1, out[:1])
+    with pytest.raises(ValueError):
+        decode_only(Q.Q8_0, w, 16, 32, xq, xd, xa, xf, 2, out)
+    with pytest.raises(ValueError):
+        decode_only(Q.Q4_0, w, 16, 32, xq[:1], xd[:1], xa[:1], xf[:1], 1, out[:1])
 
 
 def test_each_set_is_its_own_step_and_cache_entry():
