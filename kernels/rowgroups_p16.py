@@ -33,7 +33,7 @@ from llvmlite import ir
 
 from .ir import HALF, I8, I16, I64, vec
 from .quants import JIT, Q4_K_P16, Q5_0_P16, Q6_K_P16
-from .rowgroup_template import AUX_BSUMS16, AUX_BSUMS32, AUX_LANE_OFFSETS, FUSED, _fused_kernel, _repacker, _tile
+from .rowgroup_template import AUX_BSUMS16, AUX_BSUMS32, AUX_LANE_OFFSETS, FUSED, _fused_kernel, _repacker, _tile, lane_f32
 from .simd import HAS_VNNI
 
 WIDTH = 16
@@ -183,7 +183,7 @@ def _block_q5_0(g, v, wb, tok, blk, acc):
         high = b.bitcast(g.load(wb, 2 * n + 8 * lane, I64), vec(I1, 4 * n))
         u = b.select(high, b.add(low, g.c(v.i8, 0x10)), low)
         ints = g.dpbusd(b.bitcast(tok.lane(blk, lane, tok.aux), v.i32), u, tok.lane(blk, lane))
-        new.append(g.fma(scale, g.cvt(ints), acc[lane]))
+        new.append(g.fma(scale, lane_f32(g, v, ints), acc[lane]))
     return new
 
 
