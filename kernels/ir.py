@@ -214,6 +214,13 @@ class Gen:
     def f32(self, base, off):
         return self.load(base, off, F32T)
 
+    def prefetch(self, ptr, locality=2):
+        """Prefetch the line at ptr (i8*) for reading: locality 3 is prefetcht0 (every level), 2
+        prefetcht1 (L2 and out), 1 prefetcht2, 0 prefetchnta."""
+        fn = cgutils.get_or_insert_function(
+            self.b.module, ir.FunctionType(ir.VoidType(), [ptr.type, I32, I32, I32]), "llvm.prefetch.p0")
+        self.b.call(fn, [ptr, self.c(I32, 0), self.c(I32, locality), self.c(I32, 1)])
+
     def intr(self, name, ret, args):
         fn = cgutils.get_or_insert_function(self.b.module, ir.FunctionType(ret, [a.type for a in args]), name)
         return self.b.call(fn, args)

@@ -79,11 +79,13 @@ from .rowgroup_template import (  # noqa: F401  (abs_quants, group_sums: the aux
     AUX_BSUMS32,
     AUX_LANE_OFFSETS,
     FUSED,
+    PREFETCH_BYTES,
     _kernel,
     _repacker,
     _tile,
     abs_quants,
     group_sums,
+    lane_f32,
 )
 from .simd import HAS_AVX512BW, HAS_VNNI
 from . import rowgroups_p16
@@ -209,8 +211,8 @@ def _block_q8_0(offset):
     """8 lane fmas over the group's rows. offset=False: pmaddubsw(|x|, w signed by x) and
     pmaddwd (aux holds |x|). offset=True: the weights are stored as w + 128 (unsigned) and one
     vpdpbusd takes them against the token's signed bytes, each lane's sum starting from -128 x
-    the token's sum over those 4 elements (aux): the same int32s without a psign, and a -128
-    quant is no exception."""
+    the token's sum over those 4 elements (aux, with F32_INT_BIAS: lane_f32 makes the sums
+    floats): the same int32s without a psign, and a -128 quant is no exception."""
     def block(g, v, wb, tok, blk, acc):
         b = g.b
         scale = b.fmul(g.load(wb, 0, v.f32), tok.scale(blk))
@@ -219,9 +221,10 @@ def _block_q8_0(offset):
             w = g.load(wb, 4 * v.n * (1 + lane), v.i8)
             if offset:
                 ints = g.dpbusd(b.bitcast(tok.lane(blk, lane, tok.aux), v.i32), w, tok.lane(blk, lane))
+                new.append(g.fma(scale, lane_f32(g, v, ints), acc[lane]))
             else:
                 ints = g.lanes(tok.lane(blk, lane, tok.aux), g.psign(w, tok.lane(blk, lane)))
-            new.append(g.fma(scale, g.cvt(ints), acc[lane]))
+                new.append(g.fma(scale, g.cvt(ints), acc[lane]))
         return new
     return block
 
@@ -235,10 +238,10 @@ def _finish_q8_0(g, v, acc):
 
 
 # With VNNI the quants are stored offset (vpdpbusd sums u8 x s8 in int32, so w + 128 cannot
-# overflow a pair): a lane step is vpdpbusd, cvt and fma; without, psign, pmaddubsw, pmaddwd,
-# cvt and fma. Either way every int32 lane is ggml's. The 16-row copy has only the offset form
+# overflow a pair): a lane step is vpdpbusd, a subtraction (lane_f32: the conversion) and fma;
+# without, psign, pmaddubsw, pmaddwd, cvt and fma. Either way every int32 lane is ggml's. The 16-row copy has only the offset form
 # (zmm has no psign), which is why it needs VNNI to be fast.
-def q8_0_x8(vnni, width=8, step=1):
+def q8_0_x8(vnni, width=8, step=1, prefetch=0):
     """(repack, kernel) of Q8_0_X8 (width 8: in its form for a CPU with or without VNNI) or
     Q8_0_X16 (width 16: the offset form; vpdpbusd in plain IR without VNNI). Tests build the
     other forms too."""
@@ -247,7 +250,8 @@ def q8_0_x8(vnni, width=8, step=1):
     flip = 0x80 if offset else 0
     rep = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip),
                     layout, 32, width)
-    tile = _tile("q8_0_x8", layout, 32, 8, _block_q8_0(offset), _finish_q8_0, vnni=vnni, width=width, step=step)
+    tile = _tile("q8_0_x8", layout, 32, 8, _block_q8_0(offset), _finish_q8_0, vnni=vnni, width=width, step=step,
+                 prefetch=prefetch)
     return rep, _kernel(layout, 32, AUX_LANE_OFFSETS if offset else AUX_ABS, tile, width=width)
 
 
@@ -475,7 +479,7 @@ def _copy(qtype, width):
     this CPU."""
     layout, step = LAYOUT_OF[qtype, f"x{width}"], _STEPS[qtype] if width == 16 else 1
     if qtype == Q8_0:
-        return (layout, *q8_0_x8(HAS_VNNI, width, step))
+        return (layout, *q8_0_x8(HAS_VNNI, width, step, PREFETCH_BYTES if width == 16 else 0))
     block_elems, fill, kernel = {Q4_0: (32, _fill_q4_0, lambda: q4_0_x8_kernel(HAS_VNNI, width, step)),
                                  Q4_K: (256, _fill_q4_k, lambda: q4_k_x8_kernel(width, step)),
                                  Q6_K: (256, _fill_q6_k, lambda: q6_k_x8_kernel(width, step))}[qtype]

@@ -33,7 +33,8 @@ from llvmlite import ir
 
 from .ir import HALF, I8, I16, I64, vec
 from .quants import JIT, Q4_K_P16, Q5_0_P16, Q6_K_P16
-from .rowgroup_template import AUX_BSUMS16, AUX_BSUMS32, AUX_LANE_OFFSETS, FUSED, _fused_kernel, _repacker, _tile
+from .rowgroup_template import (AUX_BSUMS16, AUX_BSUMS32, AUX_LANE_OFFSETS, FUSED, PREFETCH_BYTES, _fused_kernel,
+                                _repacker, _tile, lane_f32)
 from .simd import HAS_VNNI
 
 WIDTH = 16
@@ -183,17 +184,19 @@ def _block_q5_0(g, v, wb, tok, blk, acc):
         high = b.bitcast(g.load(wb, 2 * n + 8 * lane, I64), vec(I1, 4 * n))
         u = b.select(high, b.add(low, g.c(v.i8, 0x10)), low)
         ints = g.dpbusd(b.bitcast(tok.lane(blk, lane, tok.aux), v.i32), u, tok.lane(blk, lane))
-        new.append(g.fma(scale, g.cvt(ints), acc[lane]))
+        new.append(g.fma(scale, lane_f32(g, v, ints), acc[lane]))
     return new
 
 
-def q5_0_p16(step=4):
+def q5_0_p16(step=4, prefetch=PREFETCH_BYTES):
     """(layout, repack, kernel) of the Q5_0_P16 copy. step: tokens a pass share their weights'
     loads and unpacking; at 4 a batched step's 4 tokens run level with the Q8_0_X16 copy on
     gemma3's (2048, 640) gate and 1.25x it on Qwen2.5's (4864, 896) (57 / 55 and 195 / 244 us,
-    one token at a time 88 and 299), a decode step's one token 1.1x and 1.7x (load 4)."""
+    one token at a time 88 and 299), a decode step's one token 1.1x and 1.7x (load 4). prefetch:
+    _tile's, bytes ahead in decode-sized calls."""
     from .rowgroups import _finish_q8_0
-    tile = _tile("q5_0_p16", Q5_0_P16, 32, 8, _block_q5_0, _finish_q8_0, vnni=HAS_VNNI, width=WIDTH, step=step)
+    tile = _tile("q5_0_p16", Q5_0_P16, 32, 8, _block_q5_0, _finish_q8_0, vnni=HAS_VNNI, width=WIDTH, step=step,
+                 prefetch=prefetch)
     return Q5_0_P16, _repacker(_in_chunks(_fill_q5_0, 22), Q5_0_P16, 32, WIDTH), _kernel(Q5_0_P16, 32, AUX_LANE_OFFSETS, tile)
 
 

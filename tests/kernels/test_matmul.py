@@ -17,6 +17,7 @@ from dasllama.kernels import dots as D
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
 from dasllama.kernels import cpu, simd, rowgroups
+from dasllama.kernels.rowgroup_template import F32_INT_BIAS
 
 from .blocks import gguf_dequantize, random_weights
 
@@ -425,6 +426,9 @@ def test_group_sums():
     xq = np.array([[-127, -127, -127, -127, 127, 1, 0, -3]], np.int8)
     assert rowgroups.group_sums(xq, 1, 8, 4, -128).tolist() == [[128 * 508, -128 * 125]]
     assert rowgroups.group_sums(xq, 1, 8, 8, 8).tolist() == [[8 * (-508 + 125)]]
+    # the offset tiles' lane sums start biased, so their int32 bits are a float (lane_f32)
+    biased = rowgroups.group_sums(xq, 1, 8, 4, -128, F32_INT_BIAS)
+    assert (biased.view(np.float32) - np.float32(1.5 * 2 ** 23)).tolist() == [[128 * 508, -128 * 125]]
 
 
 @pytest.mark.parametrize("offset", [8, 16])
