@@ -59,14 +59,19 @@ class _Token:
         return self.g.splat(self.g.f32(self.xd, self.g.b.mul(blk, self.g.c(I64, 4))), self.v.n)
 
 
-def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, step=1):
+def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, step=1, where=None):
     """The intrinsic tile(w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
     out_stride) of one group of `width` rows (w: its bytes) against n_tok tokens: per token,
     acc = block(g, v, wb, token, blk, acc) over the blocks (wb: the group's bytes of block
-    blk), then finish(g, v, acc), the rows' floats, stored at out + t * out_stride.
+    blk, or what where(g, w, blk, n_blocks) makes of the group's bytes for a layout that does
+    not keep a block's bytes together), then finish(g, v, acc), the rows' floats, stored at
+    out + t * out_stride.
     step: tokens that share one pass over the blocks (their weight loads are one), the rest
     one by one. vnni: the Gen forms 4-product lanes with vpdpbusd (Gen.lanes)."""
     group_block = int(BLOCK_BYTES[layout]) * width
+    if where is None:
+        def where(g, w, blk, n_blocks):
+            return g.at(w, g.b.mul(blk, g.c(I64, group_block)))
     name += ("_vnni" if vnni else "") + (f"_w{width}" if width != 8 else "") + (f"_s{step}" if step > 1 else "")
     v = _Vectors(width)
 
@@ -82,7 +87,7 @@ def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, 
                            block_elems) for t in ts]
 
             def each(blk, acc):
-                wb = g.at(w, b.mul(blk, g.c(I64, group_block)))
+                wb = where(g, w, blk, n_blocks)
                 return [a_ for j, tok in enumerate(toks)
                         for a_ in block(g, v, wb, tok, blk, acc[j * n_acc:(j + 1) * n_acc])]
 
