@@ -24,8 +24,8 @@ Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = q2_k.ID, q3_k.ID, q4_k.ID, q5_k.ID, q6_k.ID
 
 SUPPORTED = tuple(formats.BY_ID)      # the registry's formats, by id
 # dasllama's own layouts, outside ggml's type ids: rows repacked in groups of 8 (X8) or 16
-# (X16) (kernels/rowgroups.py), their bytes a row and block: Q8_0_X8 36 (an f32 scale, 32
-# quants), Q8_0_X16 34 (the file's f16 scale, 32 quants), Q4_0_X* 20 (an f32 scale, 32 nibbles), Q4_K_X* 312 (f32 d and dmin, int16 scales
+# (X16) (kernels/rowgroups.py), their bytes a row and block: Q8_0_X* 36 (an f32 scale, 32
+# quants), Q4_0_X* 20 (an f32 scale, 32 nibbles), Q4_K_X* 312 (f32 d and dmin, int16 scales
 # and mins, 256 quants), Q6_K_X* 356 (f32 d, int16 scales twice, 256 quants)
 Q8_0_X8 = 63
 Q4_K_X8 = 62
@@ -40,7 +40,7 @@ Q5_0_P16 = 54
 Q4_K_P16 = 53
 # copy layout -> (the file format whose rows it holds and whose activations it takes, bytes a
 # row and block)
-COPY_LAYOUTS = {Q8_0_X8: (Q8_0, 36), Q8_0_X16: (Q8_0, 34), Q4_0_X8: (Q4_0, 20), Q4_0_X16: (Q4_0, 20),
+COPY_LAYOUTS = {Q8_0_X8: (Q8_0, 36), Q8_0_X16: (Q8_0, 36), Q4_0_X8: (Q4_0, 20), Q4_0_X16: (Q4_0, 20),
                 Q4_K_X8: (Q4_K, 312), Q4_K_X16: (Q4_K, 312), Q6_K_X8: (Q6_K, 356), Q6_K_X16: (Q6_K, 356),
                 Q6_K_P16: (Q6_K, 210), Q5_0_P16: (Q5_0, 22), Q4_K_P16: (Q4_K, 144)}
 

@@ -3,7 +3,6 @@ the formats): the repacker, the intrinsic tile of one group of rows against toke
 prange kernel over groups, and the per-call aux rows (|x|, block sums) its tiles read."""
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import njit
 from numba.extending import intrinsic
 
@@ -13,15 +12,6 @@ from .quants import BLOCK_BYTES, JIT, Q4_K, row_bytes
 from .simd import HAS_AVX512BW
 
 _ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
-
-# How far ahead of its pass a lone token's tile prefetches the weights (a line of each block's
-# bytes a block, llvm.prefetch into L1). A decode step streams every weight once, and a
-# thread's row groups are one contiguous range, so the lines `prefetch` bytes on are the ones
-# it reads next, across groups and into the next matrix's region of the same copy. On the 2-core
-# Sapphire Rapids at load 7, each matrix timed alone (best of 20, all variants interleaved),
-# gemma3 Q8_0's Q8_0_X16 copies: output 7.0 -> 6.0 ms, layers 4.13 -> 3.91 ms at 4096; 512:
-# 6.7, 1024: 6.3, 8192 and 16384 as 4096.
-PREFETCH_BYTES = 4096
 
 
 class _Vectors:
@@ -69,25 +59,14 @@ class _Token:
         return self.g.splat(self.g.f32(self.xd, self.g.b.mul(blk, self.g.c(I64, 4))), self.v.n)
 
 
-def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, step=1, where=None,
-          prefetch=None):
+def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, step=1):
     """The intrinsic tile(w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,
     out_stride) of one group of `width` rows (w: its bytes) against n_tok tokens: per token,
     acc = block(g, v, wb, token, blk, acc) over the blocks (wb: the group's bytes of block
-    blk, or what where(g, w, blk, n_blocks) makes of the group's bytes for a layout that does
-    not keep a block's bytes together), then finish(g, v, acc), the rows' floats, stored at
-    out + t * out_stride.
+    blk), then finish(g, v, acc), the rows' floats, stored at out + t * out_stride.
     step: tokens that share one pass over the blocks (their weight loads are one), the rest
-    one by one. vnni: the Gen forms 4-product lanes with vpdpbusd (Gen.lanes).
-    prefetch: bytes ahead of a lone token's pass (a decode step's) that it asks the cache for,
-    a line at a time (0: none; default PREFETCH_BYTES)."""
+    one by one. vnni: the Gen forms 4-product lanes with vpdpbusd (Gen.lanes)."""
     group_block = int(BLOCK_BYTES[layout]) * width
-    prefetch = PREFETCH_BYTES if prefetch is None else prefetch
-    if prefetch:
-        name += f"_pf{prefetch}"
-    if where is None:
-        def where(g, w, blk, n_blocks):
-            return g.at(w, g.b.mul(blk, g.c(I64, group_block)))
     name += ("_vnni" if vnni else "") + (f"_w{width}" if width != 8 else "") + (f"_s{step}" if step > 1 else "")
     v = _Vectors(width)
 
@@ -97,18 +76,13 @@ def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, 
         w, x, aux, xd, out = [b.inttoptr(a[i], I8.as_pointer()) for i in (0, 2, 4, 6, 9)]
         n_blocks, n_tok = a[1], a[8]
 
-        def tokens(t0, count, carry, ahead=False):
+        def tokens(t0, count, carry):
             ts = [b.add(t0, g.c(I64, j)) for j in range(count)]
             toks = [_Token(g, v, g.at(x, b.mul(t, a[3])), g.at(aux, b.mul(t, a[5])), g.at(xd, b.mul(t, a[7])),
                            block_elems) for t in ts]
 
             def each(blk, acc):
-                if ahead:   # the bytes `prefetch` on from this block's place in the group
-                    at = g.at(w, b.add(b.mul(blk, g.c(I64, group_block)), g.c(I64, prefetch)))
-                    for line in range(0, group_block, 64):
-                        g.intr("llvm.prefetch.p0i8", ir.VoidType(), [g.at(at, line), g.c(I32, 0), g.c(I32, 3),
-                                                                     g.c(I32, 1)])
-                wb = where(g, w, blk, n_blocks)
+                wb = g.at(w, b.mul(blk, g.c(I64, group_block)))
                 return [a_ for j, tok in enumerate(toks)
                         for a_ in block(g, v, wb, tok, blk, acc[j * n_acc:(j + 1) * n_acc])]
 
@@ -119,25 +93,13 @@ def _tile(name, layout, block_elems, n_acc, block, finish, vnni=False, width=8, 
                 st.align = 4
             return carry
 
-        def passes():
-            n_shared = g.c(I64, 0)
-            if step > 1:
-                n_steps = b.sdiv(n_tok, g.c(I64, step))
-                _loop(g, g.c(I64, 0), n_steps, [g.c(I64, 0)],
-                      lambda i, carry: tokens(b.mul(i, g.c(I64, step)), step, carry))
-                n_shared = b.mul(n_steps, g.c(I64, step))
-            _loop(g, n_shared, n_tok, [g.c(I64, 0)], lambda t, carry: tokens(t, 1, carry))
-
-        if not prefetch:
-            passes()
-            return
-        # one token (decode) streams the weights: its pass prefetches; batches re-read each
-        # group from cache, where the prefetches would only take load slots
-        with b.if_else(b.icmp_signed("==", n_tok, g.c(I64, 1))) as (lone, batch):
-            with lone:
-                tokens(g.c(I64, 0), 1, g.c(I64, 0), ahead=True)
-            with batch:
-                passes()
+        n_shared = g.c(I64, 0)
+        if step > 1:
+            n_steps = b.sdiv(n_tok, g.c(I64, step))
+            _loop(g, g.c(I64, 0), n_steps, [g.c(I64, 0)],
+                  lambda i, carry: tokens(b.mul(i, g.c(I64, step)), step, carry))
+            n_shared = b.mul(n_steps, g.c(I64, step))
+        _loop(g, n_shared, n_tok, [g.c(I64, 0)], lambda t, carry: tokens(t, 1, carry))
 
     @intrinsic
     def tile(typingctx, w, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_tok, out,

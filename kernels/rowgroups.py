@@ -36,10 +36,7 @@ layout.
 Layout (Q8_0_X8): per group of 8 rows, per block: the 8 rows' scales as f32 (32 bytes), then
 lanes 0..7, each the 8 rows' 4 bytes of that lane (32 bytes): 288 bytes, 36 a row and block.
 On CPUs with VNNI the bytes are w + 128 and the sign stays on the token (_block_q8_0), as they
-always are in Q8_0_X16, which is 16 rows wide (64-byte lanes) and keeps the file's f16 scales:
-per group, the 16 rows' scales of every block first (32 bytes a block), then each block's 8
-lanes (512 bytes), 34 bytes a row and block as in the file (f16 to f32 is exact, so every
-product is the f32 scale's).
+always are in Q8_0_X16 (16 rows: 64-byte scales and lanes, 576 bytes a block).
 
 The K-quants' batch folds (llama.cpp's repacked Q4_K gemm, its tiled K-quant matmul) take one
 exact integer sum per pair and chunk of a block, so there the lanes of a sub-block add up in
@@ -50,7 +47,7 @@ import numpy as np
 from numba import njit
 
 from .dots import TILED_MIN_TOKENS
-from .ir import HALF, I32, I64, vec
+from .ir import I32, I64
 from .quants import (
     JIT,
     Q4_0,
@@ -90,7 +87,6 @@ from .rowgroup_template import (  # noqa: F401  (abs_quants, group_sums: the aux
 )
 from .simd import HAS_AVX512BW, HAS_VNNI
 from . import rowgroups_p16
-from .rowgroups_p16 import _in_chunks
 
 # copy name -> rows a group: "x8" one ymm lane a row, "x16" one zmm lane a row (AVX-512),
 # "p16" the file's bytes for 16 rows, folded one token at a time (Q6_K: rowgroups_p16.py)
@@ -133,8 +129,8 @@ def decode_tokens(layout):
 
 # (format, phase) -> its default layout, for the pairs a copy can serve (the tuner races the
 # others: sidecar.resolve_layouts). Batches take the copies. Decode takes Q8_0's (it streams
-# the 8-row copy's 36 bytes a block faster than the gemv does the file's 34: 14-17 against 16-21 GB/s
-# on gemma3's layers; the 16-row copy keeps the 34) and Q4_0's (20 bytes a block against 18, 1.7-2.2x the file's gemv), not
+# the copy's 36 bytes a block faster than the gemv does the file's 34: 14-17 against 16-21 GB/s
+# on gemma3's layers) and Q4_0's (20 bytes a block against 18, 1.7-2.2x the file's gemv), not
 # Q5_0's, which has 36/22 of its bytes. Where the CPU runs the 16-row copies (HAS_X16) they
 # take the 8-row copies' place (X16_DEFAULTS): on a Zen 5, T=512 on gemma3's shapes, Q8_0 at
 # 1.8-2.3x the 8-row copy's GFLOP/s, Q4_K 1.9-2.4x, Q6_K 2.2x, Q4_0 2.3-2.7x; decode streams
@@ -192,7 +188,7 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
 
 @njit(**JIT, parallel=True)
 def _fill_q8_0(src, n_groups, n_blocks, out, width, flip):
-    """Q8_0_X8 from the Q8_0 rows in src, each quant byte xor flip (0x80: w + 128,
+    """Q8_0_X8/X16 from the Q8_0 rows in src, each quant byte xor flip (0x80: w + 128,
     unsigned); False if a quant is -128 and kept signed."""
     bad = 0
     for grp in numba.prange(n_groups):
@@ -209,33 +205,18 @@ def _fill_q8_0(src, n_groups, n_blocks, out, width, flip):
     return bad == 0 or flip != 0
 
 
-def _fill_q8_0_x16(src, n_groups, n_blocks, out, width):
-    """Q8_0_X16 from the Q8_0 rows in src (numpy: nothing to compile on a first run): per
-    group, the rows' f16 scales block by block, then each block's 8 lanes of the rows' 4
-    quants, stored w + 128."""
-    blocks = src.reshape(n_groups, width, n_blocks, 34)
-    dst = out.reshape(n_groups, n_blocks * 34 * width)
-    dst[:, :2 * width * n_blocks] = np.moveaxis(blocks[..., :2], 1, 2).reshape(n_groups, -1)
-    quants = blocks[..., 2:].reshape(n_groups, width, n_blocks, 8, 4).transpose(0, 2, 3, 1, 4)
-    dst[:, 2 * width * n_blocks:] = (quants ^ np.uint8(0x80)).reshape(n_groups, -1)
-    return True
-
-
-def _block_q8_0(offset, scales_f16=False):
-    """8 lane fmas over the group's rows (wb: the block's scales and its lanes, as _where_q8_0
-    finds them). offset=False: pmaddubsw(|x|, w signed by x) and pmaddwd (aux holds |x|).
-    offset=True: the weights are stored as w + 128 (unsigned) and one vpdpbusd takes them
-    against the token's signed bytes, each lane's sum starting from -128 x the token's sum
-    over those 4 elements (aux): the same int32s without a psign, and a -128 quant is no
-    exception. scales_f16: the rows' scales as the file's f16 (Q8_0_X16), widened exactly."""
+def _block_q8_0(offset):
+    """8 lane fmas over the group's rows. offset=False: pmaddubsw(|x|, w signed by x) and
+    pmaddwd (aux holds |x|). offset=True: the weights are stored as w + 128 (unsigned) and one
+    vpdpbusd takes them against the token's signed bytes, each lane's sum starting from -128 x
+    the token's sum over those 4 elements (aux): the same int32s without a psign, and a -128
+    quant is no exception."""
     def block(g, v, wb, tok, blk, acc):
         b = g.b
-        scales, lanes = wb
-        d = b.fpext(g.load(scales, 0, vec(HALF, v.n)), v.f32) if scales_f16 else g.load(scales, 0, v.f32)
-        scale = b.fmul(d, tok.scale(blk))
+        scale = b.fmul(g.load(wb, 0, v.f32), tok.scale(blk))
         new = []
         for lane in range(8):
-            w = g.load(lanes, 4 * v.n * lane, v.i8)
+            w = g.load(wb, 4 * v.n * (1 + lane), v.i8)
             if offset:
                 ints = g.dpbusd(b.bitcast(tok.lane(blk, lane, tok.aux), v.i32), w, tok.lane(blk, lane))
             else:
@@ -243,26 +224,6 @@ def _block_q8_0(offset, scales_f16=False):
             new.append(g.fma(scale, g.cvt(ints), acc[lane]))
         return new
     return block
-
-
-def _where_q8_0(width):
-    """where(g, w, blk, n_blocks) -> (scales, lanes) of block blk in a group at w: Q8_0_X8
-    keeps them together (f32 scales, then the lanes: 36 bytes a row and block); Q8_0_X16 the
-    group's f16 scales first, then its lanes block by block (34 bytes a row and block, the
-    file's: a decode step streams 2/36 fewer bytes, and where a group has an even count of
-    blocks every lane vector lies in one cache line)."""
-    if width != 16:
-        def where(g, w, blk, n_blocks):
-            wb = g.at(w, g.b.mul(blk, g.c(I64, 36 * width)))
-            return wb, g.at(wb, 4 * width)
-        return where
-
-    def where(g, w, blk, n_blocks):
-        b = g.b
-        lanes0 = b.mul(n_blocks, g.c(I64, 2 * width))
-        return (g.at(w, b.mul(blk, g.c(I64, 2 * width))),
-                g.at(w, b.add(lanes0, b.mul(blk, g.c(I64, 32 * width)))))
-    return where
 
 
 def _finish_q8_0(g, v, acc):
@@ -284,13 +245,9 @@ def q8_0_x8(vnni, width=8, step=1):
     offset = vnni or width == 16
     layout = LAYOUT_OF[Q8_0, f"x{width}"]
     flip = 0x80 if offset else 0
-    if width == 16:
-        rep = _repacker(_in_chunks(_fill_q8_0_x16, 34), layout, 32, width)
-    else:
-        rep = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip),
-                        layout, 32, width)
-    tile = _tile("q8_0_x16h" if width == 16 else "q8_0_x8", layout, 32, 8, _block_q8_0(offset, width == 16),
-                 _finish_q8_0, vnni=vnni, width=width, step=step, where=_where_q8_0(width))
+    rep = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip),
+                    layout, 32, width)
+    tile = _tile("q8_0_x8", layout, 32, 8, _block_q8_0(offset), _finish_q8_0, vnni=vnni, width=width, step=step)
     return rep, _kernel(layout, 32, AUX_LANE_OFFSETS if offset else AUX_ABS, tile, width=width)
 
 

@@ -142,10 +142,8 @@ def _finish(g, v, acc):
 
 
 def q6_k_p16():
-    """(layout, repack, kernel) of the Q6_K_P16 copy. Its tile does not prefetch: a block's
-    53 lines of prefetches cost more than they gained (Qwen2.5's Q6_K matrices 1.73 ms a
-    token without, 1.84 at 4096 bytes ahead, 1.81 at 8192; load 7)."""
-    tile = _tile("q6_k_p16", Q6_K_P16, 256, 8, _block, _finish, vnni=HAS_VNNI, width=WIDTH, prefetch=0)
+    """(layout, repack, kernel) of the Q6_K_P16 copy."""
+    tile = _tile("q6_k_p16", Q6_K_P16, 256, 8, _block, _finish, vnni=HAS_VNNI, width=WIDTH)
     return Q6_K_P16, _repacker(_in_chunks(_fill, 210), Q6_K_P16, 256, WIDTH), _kernel(Q6_K_P16, 256, AUX_BSUMS16, tile)
 
 

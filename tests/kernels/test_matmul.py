@@ -308,8 +308,7 @@ def test_the_engine_dispatches_the_copies_it_makes():
 
 
 @pytest.mark.parametrize("width,step,n_rows,n_tokens", [(8, 1, 8, 1), (8, 2, 24, 33), (8, 3, 16, 5),
-                                                        (16, 1, 16, 5), (16, 2, 32, 33), (16, 3, 16, 7),
-                                                        (16, 2, 48, 1)])
+                                                        (16, 1, 16, 5), (16, 2, 32, 33), (16, 3, 16, 7)])
 def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(width, step, n_rows, n_tokens):
     # the pmaddubsw forms (CPUs without VNNI) and the vpdpbusd forms are both ggml's int32
     # lanes, however many tokens share a pass over the blocks; a VNNI CPU runs both, so each
@@ -332,20 +331,6 @@ def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(width, step, n_ro
             got = np.full_like(ref, np.nan)
             kernel(packed, n_rows, n_cols, *bufs, n_tokens, got)
             np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"{source} vnni={vnni}")
-
-
-@pytest.mark.skipif(not rowgroups.HAS_X16, reason="the 16-row copies run on AVX-512 with VNNI")
-@pytest.mark.parametrize("n_cols,n_tokens", [(96, 1), (96, 3), (640, 1)])
-def test_q8_0_x16_keeps_the_file_bytes_and_any_block_count(n_cols, n_tokens):
-    # the copy holds the file's 34 bytes a row and block (f16 scales first, then the lanes);
-    # an odd count of blocks leaves lanes across cache lines but multiplies the same
-    w, x = _case(Q.Q8_0, n_rows=32, n_cols=n_cols, n_tokens=n_tokens, seed=n_cols)
-    ref, bufs = _ref(Q.Q8_0, w, x)
-    packed = rowgroups.make_copy(Q.Q8_0, w, 32, n_cols, name="x16")
-    assert packed.size == w.size == 32 * Q.row_bytes(Q.Q8_0_X16, n_cols)
-    got = np.full_like(ref, np.nan)
-    rowgroups.KERNELS[Q.Q8_0_X16](packed, 32, n_cols, *bufs, n_tokens, got)
-    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
 # (format, columns, (rows, tokens) per copy): Q4_K's first T - T % 4 tokens (T >= 4) fold as
