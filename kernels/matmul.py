@@ -206,6 +206,11 @@ def file_phases(qtypes):
     return {fmt_id: phases[fmt_id] for fmt_id in sorted(phases)}
 
 
+def dispatch_set(qtypes):
+    """A dispatch set as the builders key it: ids as ints, (id, phase) pairs as they are."""
+    return frozenset(q if isinstance(q, tuple) else int(q) for q in qtypes)
+
+
 def set_key(q):
     """A sort key and spelling of a dispatch set's member (an id, or an (id, phase) pair)."""
     return (int(q), "") if not isinstance(q, tuple) else (int(q[0]), str(q[1]))
@@ -356,7 +361,7 @@ def fused_for(qtypes, fused=None):
     """The fused dispatch (fused_matmul) over the formats and copy layouts in `qtypes`,
     with fused kernels for those in `fused` (default: all), one per pair of sets per process:
     what a model's step calls for q, k, v and gate, up of a few tokens."""
-    qtypes = frozenset(q if isinstance(q, tuple) else int(q) for q in qtypes)
+    qtypes = dispatch_set(qtypes)
     fused = frozenset(q for q in qtypes if not isinstance(q, tuple)) if fused is None else frozenset(int(q) for q in fused)
     if (qtypes, fused) not in _fused_for_set:
         _fused_for_set[qtypes, fused] = _build_fused(qtypes, fused)
@@ -366,7 +371,7 @@ def fused_for(qtypes, fused=None):
 def matmul_for(qtypes):
     """`matmul` over the formats and copy layouts in `qtypes` only (one per set per process):
     what a model's compiled step links, so it compiles no other format's kernels."""
-    key = frozenset(q if isinstance(q, tuple) else int(q) for q in qtypes)
+    key = dispatch_set(qtypes)
     if key not in _for_set:
         _for_set[key] = _build_matmul(key)
     return _for_set[key]

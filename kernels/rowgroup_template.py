@@ -263,10 +263,10 @@ def abs_quants(xq, n_tokens, n_cols):
 
 
 @njit(**JIT)
-def group_sums(xq, n_tokens, n_cols, group, factor, bias=0):
-    """bias + factor x each token's sums over its groups of `group` consecutive quants, int32
-    (n_tokens, n_cols // group): Q4_0_X* take 8 x the 32-element block sums, the offset
-    Q8_0_X* F32_INT_BIAS - 128 x the 4-element lane sums."""
+def group_sums(xq, n_tokens, n_cols, group, factor):
+    """factor x each token's sums over its groups of `group` consecutive quants, int32
+    (n_tokens, n_cols // group): Q4_0_X* take 8 x the 32-element block sums (the offset
+    Q8_0_X* take -128 x the 4-element ones from lane_offsets)."""
     out = np.empty((n_tokens, n_cols // group), np.int32)
     for t in range(n_tokens):
         row = xq[t]
@@ -274,7 +274,7 @@ def group_sums(xq, n_tokens, n_cols, group, factor, bias=0):
             s = np.int32(0)
             for e in range(group * j, group * j + group):
                 s += np.int32(row[e])
-            out[t, j] = np.int32(bias) + factor * s
+            out[t, j] = factor * s
     return out
 
 
@@ -319,9 +319,9 @@ _lane_offset_rows._set_uuid("dasllama.rowgroup_template.lane_offset_rows")   # a
 
 @njit(**JIT)
 def lane_offsets(xq, n_tokens, n_cols, bias):
-    """group_sums(xq, n_tokens, n_cols, 4, -128, bias) (n_cols a multiple of 32), one vpdpbusd
-    of ones a 16 sums (group_sums' loop: ~0.7 ns a quant, 5 % of a gemma3 pp512 on one thread,
-    computed for every matrix)."""
+    """bias + group_sums(xq, n_tokens, n_cols, 4, -128) (n_cols a multiple of 32): the offset
+    tiles' aux rows (bias F32_INT_BIAS), 16 sums a vpdpbusd of ones (group_sums' loop took
+    ~0.7 ns a quant, 5 % of a gemma3 pp512 on one thread: every matrix makes its own)."""
     out = np.empty((n_tokens, n_cols // 4), np.int32)
     _lane_offset_rows(xq.ctypes.data, xq.strides[0], out.ctypes.data, out.strides[0], n_cols, n_tokens, bias)
     return out

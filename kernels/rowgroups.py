@@ -239,8 +239,8 @@ def _finish_q8_0(g, v, acc):
 
 # With VNNI the quants are stored offset (vpdpbusd sums u8 x s8 in int32, so w + 128 cannot
 # overflow a pair): a lane step is vpdpbusd, a subtraction (lane_f32: the conversion) and fma;
-# without, psign, pmaddubsw, pmaddwd, cvt and fma. Either way every int32 lane is ggml's. The 16-row copy has only the offset form
-# (zmm has no psign), which is why it needs VNNI to be fast.
+# without, psign, pmaddubsw, pmaddwd, cvt and fma. Either way every int32 lane is ggml's. The
+# 16-row copy has only the offset form (zmm has no psign), which is why it needs VNNI to be fast.
 def q8_0_x8(vnni, width=8, step=1, prefetch=0):
     """(repack, kernel) of Q8_0_X8 (width 8: in its form for a CPU with or without VNNI) or
     Q8_0_X16 (width 16: the offset form; vpdpbusd in plain IR without VNNI). Tests build the

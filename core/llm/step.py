@@ -27,7 +27,7 @@ from numba import njit
 
 from dasllama.kernels.actq import quantize_act
 from dasllama.kernels.attention import attention
-from dasllama.kernels.matmul import fused_for, matmul_for, set_key, set_text
+from dasllama.kernels.matmul import dispatch_set, fused_for, matmul_for, set_key, set_text
 from dasllama.kernels.quants import dequantize_row_for
 
 from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
@@ -47,7 +47,7 @@ def step_for(qtypes, fused=None):
     decode dispatch with kernels for the `fused` ones (model.fused_formats; default all of
     `qtypes`; the others multiply one matrix at a time), one per pair of sets per process; numba
     compiles it on its first call (or loads it from the cache)."""
-    qtypes = frozenset(q if isinstance(q, tuple) else int(q) for q in qtypes)
+    qtypes = dispatch_set(qtypes)
     ids = {q for q in qtypes if not isinstance(q, tuple)} | {q[0] for q in qtypes if isinstance(q, tuple) and q[1] == "decode"}
     fused = frozenset(ids) if fused is None else frozenset(int(q) for q in fused) & ids
     if (qtypes, fused) not in _steps:
