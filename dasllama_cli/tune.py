@@ -6,7 +6,6 @@ import sys
 import click
 from tqdm import tqdm
 
-from dasllama import kernels
 from dasllama.core import default_model_path
 from dasllama.core.runtime.threads import DECODE_LAYERS, prefer_threading_layers
 from dasllama.core.llm.model import open_runnable
@@ -135,10 +134,8 @@ def table(head, rows):
 
 def warm(path):
     """Compile the decode step with the winners just written, in a fresh process (the variants
-    are linked into it, so it is compiled once per choice of winners and cached)."""
+    are linked into it, so it is compiled once per choice of winners and cached: the child
+    names its cache folder after them, kernels/__init__.py)."""
     click.echo("tune: compiling the decode step with the new winners (once; the numba cache keeps it)", err=True)
-    env = dict(os.environ)
-    if env.get("NUMBA_CACHE_DIR", "").startswith(os.path.join(kernels.CACHE_DIR, "numba")):
-        del env["NUMBA_CACHE_DIR"]   # ours, named after the old winners: let the child name its own
     code = "import sys; from dasllama.core import load; load(sys.argv[1], n_ctx=64).eval([0, 0])"
-    subprocess.run([sys.executable, "-c", code, os.fspath(path)], env=env, check=False)
+    subprocess.run([sys.executable, "-c", code, os.fspath(path)], check=False)

@@ -41,8 +41,29 @@ def _source_hash():
 
 from .sidecar import selection_tag  # noqa: E402  (plain Python: reads the choices, not numba)
 
-# the compiled decode step links in the chosen variants: one cache per choice of them
-os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba", _source_hash() + selection_tag()))
+
+def _numba_folder():
+    """The numba cache folder of this build: a folder named by the sources' hash and the chosen
+    variants (the compiled decode step links them in: one cache per choice), under dasllama's
+    cache dir, or under NUMBA_CACHE_DIR where the user set one. A fixed NUMBA_CACHE_DIR taken
+    as it is served a compiled forward with the kernels it had inlined before an edit (stale
+    figures, NaN logits and segfaults in the fourth session of 2026-12-06). A child process
+    (the first run's compile helper, tune's warm-up) inherits the folder in NUMBA_CACHE_DIR and
+    DASLLAMA_NUMBA_FOLDER alike, and names its own beside it: the same one unless its sources
+    or variants differ; a NUMBA_CACHE_DIR that differs from DASLLAMA_NUMBA_FOLDER is a user's
+    (or a test's) and the base."""
+    own = os.environ.get("DASLLAMA_NUMBA_FOLDER")
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    if user and user != own:
+        base = user
+    elif own:
+        base = os.path.dirname(own)
+    else:
+        base = os.path.join(CACHE_DIR, "numba")
+    return os.path.join(base, _source_hash() + selection_tag())
+
+
+os.environ["NUMBA_CACHE_DIR"] = os.environ["DASLLAMA_NUMBA_FOLDER"] = _numba_folder()
 
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
 
