@@ -68,6 +68,7 @@ from .quants import (
     Q8_0_X16,
     f16_at,
     q5_0_as_q8_0,
+    u32_at,
     q_q4_0,
     q_q6_k,
     scale_min_k4,
@@ -176,6 +177,8 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
     layout = copy_layout(qtype, n_rows, name)
     if layout is None:
         return None
+    if qtype == Q5_0 and layout in (Q8_0_X8, Q8_0_X16):
+        return _copies()[Q8_0, name][1].of_q5_0(blocks, n_rows, n_cols, out=out)
     if qtype == Q5_0 and layout != Q5_0_P16:
         blocks, qtype = q5_0_as_q8_0(blocks), Q8_0
     if layout == Q8_0:
@@ -189,21 +192,34 @@ def make_copy(qtype, blocks, n_rows, n_cols, out=None, name="x8"):
 # --- Q8_0 (and Q5_0 as Q8_0) -----------------------------------------------------------------
 
 @njit(**JIT, parallel=True)
-def _fill_q8_0(src, n_groups, n_blocks, out, width, flip):
-    """Q8_0_X8/X16 from the Q8_0 rows in src, each quant byte xor flip (0x80: w + 128,
-    unsigned); False if a quant is -128 and kept signed."""
+def _fill_q8_0(src, n_groups, n_blocks, out, width, flip, q5=False):
+    """Q8_0_X8/X16 from the Q8_0 rows in src (q5: the Q5_0 rows, each quant its 5-bit value
+    - 16, as quants.q5_0_as_q8_0 rewrites them, without that copy), each quant byte xor flip
+    (0x80: w + 128, unsigned); False if a quant is -128 and kept signed. A row's lane of 4
+    quants is 4 bytes in and 4 out, in order: numba's byte-by-byte scatter of the 32 quants
+    took 1.5 s of CPU of a Qwen2.5 prompt's first batch (its Q5_0 matrices)."""
+    src_bytes = 22 if q5 else 34
     bad = 0
     for grp in numba.prange(n_groups):
         for blk in range(n_blocks):
             o = (grp * n_blocks + blk) * 36 * width
             scales = out[o:o + 4 * width].view(np.float32)
             for r in range(width):
-                p = ((grp * width + r) * n_blocks + blk) * 34
+                p = ((grp * width + r) * n_blocks + blk) * src_bytes
                 scales[r] = f16_at(src, p)
-                for e in range(32):
-                    q = src[p + 2 + e]
-                    bad += q == 0x80
-                    out[o + 4 * width * (1 + e // 4) + 4 * r + e % 4] = q ^ flip
+                qh = u32_at(src, p + 2) if q5 else np.uint32(0)
+                for lane in range(8):
+                    at = o + 4 * width * (1 + lane) + 4 * r
+                    for k in range(4):
+                        e = 4 * lane + k
+                        if q5:
+                            nib = (np.int32(src[p + 6 + (e & 15)]) >> (4 * (e >> 4))) & 0xF
+                            q = np.uint8((nib + np.int32(((qh >> np.uint32(e)) & np.uint32(1)) << np.uint32(4)) - 16) & 0xFF)
+                        else:
+                            q = src[p + 2 + e]
+                            if flip == 0:
+                                bad += q == 0x80
+                        out[at + k] = q ^ flip
     return bad == 0 or flip != 0
 
 
@@ -250,6 +266,9 @@ def q8_0_x8(vnni, width=8, step=1, prefetch=0):
     flip = 0x80 if offset else 0
     rep = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip),
                     layout, 32, width)
+    # the same copy of Q5_0 rows (make_copy)
+    rep.of_q5_0 = _repacker(lambda src, n_groups, n_blocks, out, w: _fill_q8_0(src, n_groups, n_blocks, out, w, flip,
+                                                                               True), layout, 32, width)
     tile = _tile("q8_0_x8", layout, 32, 8, _block_q8_0(offset), _finish_q8_0, vnni=vnni, width=width, step=step,
                  prefetch=prefetch)
     return rep, _kernel(layout, 32, AUX_LANE_OFFSETS if offset else AUX_ABS, tile, width=width)

@@ -210,6 +210,17 @@ def test_q5_0_copied_as_q8_0_multiplies_bit_for_bit_alike():
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+
+@pytest.mark.parametrize("vnni,width", [(False, 8), (True, 8), (True, 16)])
+def test_q5_0_rows_copy_as_their_q8_0_rewrite_does(vnni, width):
+    # the x8/x16 copies read Q5_0's 5-bit quants themselves, without q5_0_as_q8_0's array:
+    # the same bytes, in the signed (no VNNI) and the offset form
+    w, _ = _case(Q.Q5_0, n_rows=32, n_tokens=1, seed=5)
+    repack, _ = rowgroups.q8_0_x8(vnni, width)
+    direct = repack.of_q5_0(w, 32, 512)
+    assert direct is not None
+    np.testing.assert_array_equal(direct, repack(Q.q5_0_as_q8_0(w), 32, 512))
+
 def _without_minus_128(w):
     """Q8_0 bytes with every quant of -128 made -127 (ggml's quantiser writes none)."""
     q = w.reshape(-1, 34)[:, 2:]
