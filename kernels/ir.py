@@ -153,21 +153,6 @@ def keep_alive(typingctx, arr):
     return sig, codegen
 
 
-@intrinsic
-def cas_i64(typingctx, addr, expected, desired):
-    """Compare-and-swap of the int64 at address `addr`: stores `desired` there if it holds
-    `expected` (one `cmpxchg`, sequentially consistent); returns the value it held. The row-group
-    kernels hand out their groups through one such counter (rowgroup_template.claim)."""
-    sig = types.int64(types.int64, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        ptr = builder.inttoptr(args[0], I64.as_pointer())
-        pair = builder.cmpxchg(ptr, args[1], args[2], "seq_cst", "seq_cst")
-        return builder.extract_value(pair, 0)
-
-    return sig, codegen
-
-
 def i64_call(n_args, name, emit):
     """(signature, codegen) of an @intrinsic that calls the internal LLVM function `name`
     (n_args i64 -> void), whose body emit(builder, args) writes once per module: the form of

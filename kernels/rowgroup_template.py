@@ -7,7 +7,7 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .dots import gemm_tokens
-from .ir import F32T, I8, I16, I32, I64, Gen, cas_i64, i64_call, keep_alive, vec
+from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, keep_alive, vec
 from .quants import BLOCK_BYTES, JIT, Q4_K, row_bytes
 from .simd import HAS_AVX512BW, HAS_VNNI, _loop
 
@@ -152,30 +152,6 @@ def lane_f32(g, v, ints):
     return g.b.fsub(g.b.bitcast(ints, v.f32), g.c(v.f32, 1.5 * 2 ** 23))
 
 
-# The fewest weight bytes a thread claims at once (claim): a run of groups that long streams for
-# microseconds, against a claim's one cmpxchg on a line the other threads share.
-CLAIM_MIN_BYTES = 64 * 1024
-
-
-@njit(**JIT, inline="always")
-def claim(counter, guess, n_groups, n_workers, min_claim):
-    """[g0, g1): the next run of a kernel's row groups for the calling thread, taken from the
-    int64 at address `counter` (the first group nobody has taken; guess: what the caller last
-    saw there) by compare-and-swap: a half of what is left shared among n_workers, at least
-    min_claim groups; g0 == g1 once all are taken. The groups go to whichever thread is free
-    rather than half to each: a thread that starts late (woken from its sleep, or set aside
-    by the OS) or streams slower takes fewer, where a prange's even split kept the other one
-    waiting at the region's end. Which thread computes a group never changes its bits."""
-    cur = guess
-    while cur < n_groups:
-        g1 = min(n_groups, cur + max(min_claim, (n_groups - cur) // (2 * n_workers)))
-        seen = cas_i64(counter, cur, g1)
-        if seen == cur:
-            return cur, g1
-        cur = seen
-    return n_groups, n_groups
-
-
 def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`:
     prange over groups of `width` rows, cache-sized token chunks outside. With gemv_tile
@@ -198,29 +174,18 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
         dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
         xs, as_, ds, os = xq.strides[0], aux.strides[0], xd.strides[0], out.strides[0]
         chunk = max(1, _ACT_CHUNK_BYTES // max(2 * n_cols, 1))
-        n_groups, n_workers = n_rows // width, numba.get_num_threads()
-        min_claim = max(1, CLAIM_MIN_BYTES // group_bytes)
-        counter = np.empty(1, np.int64)     # the next group to hand out (claim); not np.zeros,
-        counter[0] = 0                      # which a parallel function runs as a region of its own
-        cp = np.int64(counter.ctypes.data)
         for c0 in range(0, n_tokens, chunk):
             c1 = min(n_tokens, c0 + chunk)
             t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
-            counter[0] = 0
-            for worker in numba.prange(n_workers):
-                g0, g1 = claim(cp, np.int64(0), n_groups, n_workers, min_claim)
-                while g0 < g1:
-                    for grp in range(g0, g1):
-                        wg, og = wp + grp * group_bytes, op + 4 * width * grp
-                        if t1 > c0:
-                            tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
-                                 t1 - c0, og + c0 * os, os)
-                        if c1 > t1:
-                            gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
-                                 c1 - t1, og + t1 * os, os)
-                    g0, g1 = claim(cp, g1, n_groups, n_workers, min_claim)
+            for grp in numba.prange(n_rows // width):
+                wg, og = wp + grp * group_bytes, op + 4 * width * grp
+                if t1 > c0:
+                    tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
+                         t1 - c0, og + c0 * os, os)
+                if c1 > t1:
+                    gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
+                         c1 - t1, og + t1 * os, os)
         keep_alive(aux)
-        keep_alive(counter)
     FUSED[kernel] = _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile, width)
     return kernel
 
@@ -266,30 +231,20 @@ def _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
         pa, pb, pc = np.int64(wa.ctypes.data), np.int64(wb.ctypes.data), np.int64(wc.ctypes.data)
         qa, qb, qc = np.int64(oa.ctypes.data), np.int64(ob.ctypes.data), np.int64(oc.ctypes.data)
         sa, sb, sc = oa.strides[0], ob.strides[0], oc.strides[0]
-        n_groups, n_workers = ga + gb + gc, numba.get_num_threads()
-        min_claim = max(1, CLAIM_MIN_BYTES // group_bytes)
-        counter = np.empty(1, np.int64)     # the next group to hand out (claim); not np.zeros,
-        counter[0] = 0                      # which a parallel function runs as a region of its own
-        cp = np.int64(counter.ctypes.data)
-        for worker in numba.prange(n_workers):
-            g0, g1 = claim(cp, np.int64(0), n_groups, n_workers, min_claim)
-            while g0 < g1:
-                for grp in range(g0, g1):
-                    if grp < ga:
-                        wp, op, os, n_rows, g = pa, qa, sa, na, grp
-                    elif grp < ga + gb:
-                        wp, op, os, n_rows, g = pb, qb, sb, nb, grp - ga
-                    else:
-                        wp, op, os, n_rows, g = pc, qc, sc, nc, grp - ga - gb
-                    n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
-                    wg, og = wp + g * group_bytes, op + 4 * width * g
-                    if n_batch > 0:
-                        tile(wg, n_blocks, xp, xs, ap, as_, dp, ds, n_batch, og, os)
-                    if n_tokens > n_batch:
-                        gemv(wg, n_blocks, xp + n_batch * xs, xs, ap + n_batch * as_, as_, dp + n_batch * ds, ds,
-                             n_tokens - n_batch, og + n_batch * os, os)
-                g0, g1 = claim(cp, g1, n_groups, n_workers, min_claim)
-        keep_alive(counter)
+        for grp in numba.prange(ga + gb + gc):
+            if grp < ga:
+                wp, op, os, n_rows, g = pa, qa, sa, na, grp
+            elif grp < ga + gb:
+                wp, op, os, n_rows, g = pb, qb, sb, nb, grp - ga
+            else:
+                wp, op, os, n_rows, g = pc, qc, sc, nc, grp - ga - gb
+            n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
+            wg, og = wp + g * group_bytes, op + 4 * width * g
+            if n_batch > 0:
+                tile(wg, n_blocks, xp, xs, ap, as_, dp, ds, n_batch, og, os)
+            if n_tokens > n_batch:
+                gemv(wg, n_blocks, xp + n_batch * xs, xs, ap + n_batch * as_, as_, dp + n_batch * ds, ds,
+                     n_tokens - n_batch, og + n_batch * os, os)
         keep_alive(aux)
     return fused
 
