@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .actq import round_f16
+from .actq import PAR_ROWS, round_f16
 from .cpu import llvm_has, probe
 from .dots import hsum8
 from .fa_tiles import MAD, MAD_HALF, SCALE, f16_dot_lanes, f16_round_lanes, outer_tile
@@ -27,13 +27,23 @@ F16_LANES = 16 if "avx512f" in probe().features else 8
 F16_HALF_STEP = 128 if llvm_has("avx512fp16") else 0
 
 
-@njit(cache=True, boundscheck=False)
+@njit(cache=True, boundscheck=False, inline="always")
+def _store_row(src, cache, cell):
+    for i in range(src.shape[0]):
+        cache[cell, i] = f32_to_f16(src[i])
+
+
+@njit(cache=True, boundscheck=False, parallel=True)
 def store_kv(src, cache, cells):
-    """Round rows of src (T, n) to f16 into the cache's cells (T,) (cache: (n_cells, n) uint16)."""
-    T, n = src.shape
-    for t in range(T):
-        for i in range(n):
-            cache[cells[t], i] = f32_to_f16(src[t, i])
+    """Round rows of src (T, n) to f16 into the cache's cells (T,) (cache: (n_cells, n) uint16),
+    on the thread pool from PAR_ROWS rows (the cells are distinct)."""
+    T = src.shape[0]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _store_row(src[t], cache, cells[t])
+    else:
+        for t in prange(T):
+            _store_row(src[t], cache, cells[t])
 
 
 @njit(cache=True, inline="always")
@@ -304,35 +314,33 @@ FA_DC = 64
 
 
 @njit(cache=True, boundscheck=False)
-def _key_tiles(cache, n, off, width, dst):
-    """dst[tile, d, k] = cache[64 tile + k, off + d] as f32, zero past n: each key tile
+def _key_tile(cache, n, off, width, dst, tile):
+    """dst[tile, d, k] = cache[64 tile + k, off + d] as f32, zero past n: a key tile
     transposed (features by keys, as ggml packs it) and contiguous, so the score tile's k loop
     walks 256-byte rows rather than rows one cache-size stride apart (which thrashed L1 and L2:
     ~8x slower scores)."""
-    for tile in range(dst.shape[0]):
-        j0 = tile * FA_TILE_KV
-        for k in range(FA_TILE_KV):
-            j = j0 + k
-            if j < n:
-                for d in range(width):
-                    dst[tile, d, k] = f16_to_f32(cache[j, off + d])
-            else:
-                for d in range(width):
-                    dst[tile, d, k] = 0.0
+    j0 = tile * FA_TILE_KV
+    for k in range(FA_TILE_KV):
+        j = j0 + k
+        if j < n:
+            for d in range(width):
+                dst[tile, d, k] = f16_to_f32(cache[j, off + d])
+        else:
+            for d in range(width):
+                dst[tile, d, k] = 0.0
 
 
 @njit(cache=True, boundscheck=False)
-def _value_tiles(cache, n, off, width, dst):
+def _value_tile(cache, n, off, width, dst, tile):
     """dst[tile, c, k, i] = cache[64 tile + k, off + FA_COLS c + i] as f32, zero past n and
-    past width: each key tile's values cut into column chunks of FA_COLS, each chunk
+    past width: a key tile's values cut into column chunks of FA_COLS, each chunk
     contiguous, so the value tile's k loop walks consecutive rows."""
-    for tile in range(dst.shape[0]):
-        for c in range(dst.shape[1]):
-            for k in range(FA_TILE_KV):
-                j = tile * FA_TILE_KV + k
-                for i in range(FA_COLS):
-                    d = c * FA_COLS + i
-                    dst[tile, c, k, i] = f16_to_f32(cache[j, off + d]) if j < n and d < width else 0.0
+    for c in range(dst.shape[1]):
+        for k in range(FA_TILE_KV):
+            j = tile * FA_TILE_KV + k
+            for i in range(FA_COLS):
+                d = c * FA_COLS + i
+                dst[tile, c, k, i] = f16_to_f32(cache[j, off + d]) if j < n and d < width else 0.0
 
 
 @njit(cache=True, boundscheck=False)
@@ -386,12 +394,14 @@ def attention_tiled(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, he
     kf = np.empty((n_head_kv, n_tiles, head_dim, FA_TILE_KV), np.float32)
     n_chunks = (head_dim_v + FA_COLS - 1) // FA_COLS
     vf = np.empty((n_head_kv, n_tiles, n_chunks, FA_TILE_KV, FA_COLS), np.float32)
-    for job in prange(2 * n_head_kv):
-        g = job // 2
+    # a job a tile, keys and values alternating (the key tiles' transpose takes ~3x the
+    # values' copy: a job per head's keys or values left one thread idle most of the region)
+    for job in prange(2 * n_head_kv * n_tiles):
+        g, tile = job // (2 * n_tiles), (job % (2 * n_tiles)) // 2
         if job % 2 == 0:
-            _key_tiles(kcache, n_kv, g * head_dim, head_dim, kf[g])
+            _key_tile(kcache, n_kv, g * head_dim, head_dim, kf[g], tile)
         else:
-            _value_tiles(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g])
+            _value_tile(vcache, n_kv, g * head_dim_v, head_dim_v, vf[g], tile)
     n_blocks = (T + FA_ROWS - 1) // FA_ROWS
     for job in prange(n_head * n_blocks):
         _tiled_block(job // n_blocks, (job % n_blocks) * FA_ROWS, q, qpos, kf, vf, kpos, n_kv, n_tiles,

@@ -9,12 +9,16 @@ The plain numpy references sit in `ops_ref.py`.
 import math
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange
+from numba.extending import intrinsic
 
 from .actq import PAR_ROWS
 from .quants import JIT
 from .cpu import probe
-from .ir import add_u32, bits_f32, f32_bits, f32_to_f16, fma_f32, max_f32, shl_u32, sub_u32
+from .ir import (F32T, HALF, I8, I16, I32, I64, Gen, add_u32, bits_f32, f32_bits, f32_to_f16, fma_f32, i64_call,
+                 max_f32, shl_u32, sub_u32, vec)
+from .simd import _loop
 
 ROPE_NORM = 0     # rotate adjacent pairs (x[2i], x[2i+1]): llama
 ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
@@ -22,6 +26,8 @@ ROPE_NEOX = 2     # rotate halves (x[i], x[i + n_rot/2]): qwen, gemma, phi3
 # ggml's float vector loops (ggml_v_expf, SwiGLU, soft_max) run 16 lanes wide with AVX-512
 # F and DQ, 8 (AVX2) otherwise
 EXP_LANES = 16 if {"avx512f", "avx512dq"} <= set(probe().features) else 8
+# geglu's table lookups by one 16-lane gather (AVX-512F's vgatherdps)
+GATHER16 = "avx512f" in probe().features
 
 
 @njit(**JIT, fastmath={"nnan", "nsz"})
@@ -183,16 +189,69 @@ def _geglu_row(gate, up, table, out):
             out[i] = table[f32_to_f16(g)] * up[i]
 
 
+def _emit_geglu(b, args):
+    """The body of geglu_rows' function: per row, n16 vectors of 16 lanes."""
+    g = Gen(b)
+    gate, g_rs, up, u_rs, out, o_rs, table, n16, n_rows = args
+    g_p, u_p, o_p, tab = (b.inttoptr(v, I8.as_pointer()) for v in (gate, up, out, table))
+    v16f, v16i, v16h = vec(F32T, 16), vec(I32, 16), vec(HALF, 16)
+    all_lanes = g.c(vec(ir.IntType(1), 16), 1)
+    lo, hi, zero = g.c(v16f, -10.0), g.c(v16f, 10.0), g.c(v16f, 0.0)
+
+    def row(t, acc):
+        g_row, u_row, o_row = (g.at(p, b.mul(t, rs)) for p, rs in ((g_p, g_rs), (u_p, u_rs), (o_p, o_rs)))
+
+        def vector(i, acc):
+            off = b.mul(i, g.c(I64, 64))
+            x, y = g.load(g_row, off, v16f), g.load(u_row, off, v16f)
+            idx = b.zext(b.bitcast(b.fptrunc(x, v16h), vec(I16, 16)), v16i)
+            looked = g.intr("llvm.x86.avx512.mask.gather.dps.512", v16f, [zero, tab, idx, all_lanes, g.c(I32, 4)])
+            r = b.select(b.fcmp_ordered(">=", x, hi), b.fmul(x, y), b.fmul(looked, y))
+            r = b.select(b.fcmp_ordered("<=", x, lo), zero, r)
+            b.store(r, b.bitcast(g.at(o_row, off), v16f.as_pointer())).align = 4
+            return acc
+
+        _loop(g, g.c(I64, 0), n16, [g.c(I64, 0)], vector)
+        return acc
+
+    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
+@intrinsic
+def geglu_rows(typingctx, gate, g_rs, up, u_rs, out, o_rs, table, n16, n_rows):
+    """run(gate, g_rs, up, u_rs, out, o_rs, table, n16, n_rows) at int64 addresses and byte
+    strides: _geglu_row of the first 16 n16 values of n_rows rows, 16 lanes a step, the
+    table's values by one gather (the numba loop stays scalar: ~2 cycles a value)."""
+    return i64_call(9, "dasllama_geglu_rows", _emit_geglu)
+
+
+geglu_rows._set_uuid("dasllama.ops.geglu_rows")     # a stable disk-cache key
+
+
+@njit(cache=True, boundscheck=False)
+def _geglu_rows(gate, up, table, out, t0, n_rows):
+    """geglu of rows t0 .. t0 + n_rows: the IR lanes where AVX-512 has its gather, then each
+    row's tail (n % 16 values) one by one."""
+    n = gate.shape[1]
+    n16 = n // 16 if GATHER16 else 0
+    if n16 > 0:
+        geglu_rows(gate[t0:].ctypes.data, gate.strides[0], up[t0:].ctypes.data, up.strides[0],
+                   out[t0:].ctypes.data, out.strides[0], table.ctypes.data, n16, n_rows)
+    for t in range(t0, t0 + n_rows):
+        _geglu_row(gate[t, 16 * n16:], up[t, 16 * n16:], table, out[t, 16 * n16:])
+
+
 @njit(cache=True, boundscheck=False, parallel=True)
 def geglu(gate, up, table, out):
-    """out = gelu(gate) * up, gelu through the f16 table (ggml_vec_geglu_f32). (T, n)."""
+    """out = gelu(gate) * up, gelu through the f16 table (ggml_vec_geglu_f32). (T, n); table:
+    gelu_table(), contiguous."""
     T = gate.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
             _geglu_row(gate[t], up[t], table, out[t])
     else:
-        for t in prange(T):
-            _geglu_row(gate[t], up[t], table, out[t])
+        for t0 in prange((T + PAR_ROWS - 1) // PAR_ROWS):
+            _geglu_rows(gate, up, table, out, t0 * PAR_ROWS, min(PAR_ROWS, T - t0 * PAR_ROWS))
 
 
 # ggml_v_expf's constants (vec.h), exact as float32

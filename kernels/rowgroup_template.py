@@ -174,11 +174,11 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
         dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
         xs, as_, ds, os = xq.strides[0], aux.strides[0], xd.strides[0], out.strides[0]
         chunk = max(1, _ACT_CHUNK_BYTES // max(2 * n_cols, 1))
-        for c0 in range(0, n_tokens, chunk):
-            c1 = min(n_tokens, c0 + chunk)
-            t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
-            for grp in numba.prange(n_rows // width):
-                wg, og = wp + grp * group_bytes, op + 4 * width * grp
+        for grp in numba.prange(n_rows // width):
+            wg, og = wp + grp * group_bytes, op + 4 * width * grp
+            for c0 in range(0, n_tokens, chunk):
+                c1 = min(n_tokens, c0 + chunk)
+                t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
                 if t1 > c0:
                     tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
                          t1 - c0, og + c0 * os, os)

@@ -14,8 +14,9 @@ registry's thirteen. The rest are compiled once for all.
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
+from dasllama.kernels.actq import PAR_ROWS
 from dasllama.kernels.matmul import act_kind, quantize_act
 from dasllama.kernels.attention import attention, store_kv
 from dasllama.kernels.ops import geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply, swiglu
@@ -199,12 +200,23 @@ def _add_bias(fbuf, frow, y):
                 y[t, i] += b[i]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _add_row(y, x):
+    for i in range(x.shape[0]):
+        x[i] = y[i] + x[i]
+
+
+@njit(cache=True, parallel=True)
 def _add_residual(y, x):
-    """x += y, as ggml_add(y, x) rounds it (T, n_embd)."""
-    for t in range(x.shape[0]):
-        for i in range(x.shape[1]):
-            x[t, i] = y[t, i] + x[t, i]
+    """x += y, as ggml_add(y, x) rounds it (T, n_embd); on the thread pool from PAR_ROWS rows
+    (as kernels.ops' row ops: a serial gap between two parallel regions idles the others)."""
+    T = x.shape[0]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _add_row(y[t], x[t])
+    else:
+        for t in prange(T):
+            _add_row(y[t], x[t])
 
 
 @njit(cache=True)
@@ -221,12 +233,22 @@ def _scratch_views(scratch, n, shape):
                    _view(scratch.hid, n, sh.n_ff))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _scale_row(y, s):
+    for i in range(y.shape[0]):
+        y[i] = y[i] * s
+
+
+@njit(cache=True, parallel=True)
 def _scale(y, s):
-    """y *= s, row by row (T, n)."""
-    for t in range(y.shape[0]):
-        for i in range(y.shape[1]):
-            y[t, i] = y[t, i] * s
+    """y *= s, row by row (T, n), on the thread pool from PAR_ROWS rows."""
+    T = y.shape[0]
+    if T < PAR_ROWS:
+        for t in range(T):
+            _scale_row(y[t], s)
+    else:
+        for t in prange(T):
+            _scale_row(y[t], s)
 
 
 @njit(cache=True)

@@ -113,6 +113,23 @@ def test_gelu_table_and_geglu():
     np.testing.assert_allclose(out, gelu_ref(gate) * up, rtol=4e-3, atol=2e-3)
 
 
+def test_geglu_lanes_equal_the_scalar_rows():
+    """From PAR_ROWS rows geglu runs 16 lanes a step (a gather from the table) and each row's
+    tail alone: bit for bit the scalar row's, at the +-10 edges, beyond them, NaN and inf."""
+    T, n = ops.PAR_ROWS + 3, 300     # 18 vectors and a tail of 12 a row
+    gate = rng.standard_normal((T, n)).astype(np.float32) * 6
+    gate[0, :8] = (-10.0, 10.0, -11.0, 11.0, np.nan, np.inf, -np.inf, -0.0)
+    gate[1, 290:] = (-10.0, 10.0, -11.0, 11.0, np.nan, np.inf, -np.inf, -0.0, 9.99, -9.99)
+    up = rng.standard_normal((T, n)).astype(np.float32)
+    tab = ops.gelu_table()
+    rows = np.empty_like(gate)
+    for t in range(T):
+        ops.geglu(gate[t:t + 1], up[t:t + 1], tab, rows[t:t + 1])
+    batch = np.empty_like(gate)
+    ops.geglu(gate, up, tab, batch)
+    np.testing.assert_array_equal(batch.view(np.uint32), rows.view(np.uint32))
+
+
 def test_swiglu():
     gate = rng.standard_normal((4, 300)).astype(np.float32) * 4
     up = rng.standard_normal((4, 300)).astype(np.float32)
