@@ -122,11 +122,9 @@ def min_tokens(layout):
 def decode_tokens(layout):
     """The largest batch a copy that decode takes serves: the "p16" copies fold as the file's
     kernels below TILED_MIN_TOKENS (Q6_K's vec dot; Q5_0's, which tinyBLAS's batches fold
-    alike) or, Q4_K's, below the 4 tokens llama.cpp's repacked gemm takes, so they take a
-    batched step's few tokens too; the other copies serve one token there and batches only
-    where prefill takes them."""
-    if layout == Q4_K_P16:
-        return 3
+    alike; Q4_K's repacked gemv, and its gemm for the first T - T % 4), so they take a batched
+    step's few tokens too; the other copies serve one token there and batches only where
+    prefill takes them."""
     return TILED_MIN_TOKENS - 1 if layout in PACKED else 1
 
 

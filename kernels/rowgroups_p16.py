@@ -41,14 +41,15 @@ WIDTH = 16
 I1 = ir.IntType(1)
 
 
-def _kernel(layout, block_elems, aux_kind, tile):
+def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, tag=""):
     """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`: its
     fused decode kernel (rowgroup_template._fused_kernel) with one matrix. A p16 copy serves
     the few tokens of a step only, which the fused kernel takes as they are, and the tile's IR is
     compiled once, in the fused kernel, not again in a kernel of its own (a first run's compile
-    time)."""
-    fused = _fused_kernel(layout, block_elems, aux_kind, tile, width=WIDTH)
-    fused._set_uuid(f"dasllama.rowgroups_p16.fused_{layout}")    # a stable disk-cache key (see simd.py)
+    time). gemv_tile: as _fused_kernel's (Q4_K). tag: what tells this form of the tiles from
+    the others (the kernel's disk-cache key holds the fused kernel by this name)."""
+    fused = _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile, width=WIDTH)
+    fused._set_uuid(f"dasllama.rowgroups_p16.fused_{layout}{tag}")    # a stable disk-cache key (see simd.py)
 
     @njit(**JIT)
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
@@ -206,8 +207,17 @@ def q5_0_p16(step=4, prefetch=PREFETCH_BYTES):
 #     12n   per pair i of sub-blocks, n bytes: the low 4 bits of the mins of 2i and 2i+1
 #     16n   per 64-element chunk i and lane L, n rows x 4 bytes: the file's qs bytes 32i + 4L..,
 #           lane L of sub-block 2i in the low nibbles, of 2i+1 in the high ones
-# The fold is llama.cpp's repacked gemv (one fma of the block's integer sum, the mins in their
-# own sum: rowgroups._block_q4_k(1)), which one token, and the last T % 4 of a batch, take.
+# The folds are llama.cpp's repacked gemv (one fma of the block's integer sum, the mins in their
+# own sum: rowgroups._block_q4_k(1)), which one token, and the last T % 4 of a batch, take, and
+# its repacked gemm (one fma a 64-element chunk: rowgroups._block_q4_k(4)), which the first
+# T - T % 4 take: so a batched step's 4-7 tokens read the file's 144 bytes a row and block too,
+# not the Q4_K_X16 copy's 312.
+
+# Tokens a pass of the gemm's tile: a batched step's 4 share each block's loads and unpacking
+# (18 gemma3 (640, 1024) o matrices at T=4, one thread, CPU time, alternated, load 5.6: 1.47 ms
+# through Q4_K_X16, 1.01 through this copy a token a pass, 0.95 four a pass; (640, 2048) down:
+# 2.91, 1.85, 1.62)
+GEMM_STEP = 4
 
 def _fill_q4_k(src, n_groups, n_blocks, out, width):
     """Q4_K_P16 from the Q4_K rows in src (numpy)."""
@@ -226,38 +236,55 @@ def _fill_q4_k(src, n_groups, n_blocks, out, width):
     dst[..., 16 * width:] = np.moveaxis(qs, 1, -2).reshape(n_groups, n_blocks, -1)
     return True
 
-def _block_q4_k(g, v, wb, tok, blk, acc):
-    """The repacked gemv's block for the group's rows (aux: the token's sums over 32 elements,
-    int16)."""
+def _block_q4_k(chunks):
+    """The repacked gemv's block (chunks=1) or gemm's (chunks=4) for the group's rows."""
+    def block(g, v, wb, tok, blk, acc):
+        return _fold_q4_k(g, v, wb, tok, blk, acc, chunks)
+    return block
+
+
+def _fold_q4_k(g, v, wb, tok, blk, acc, chunks):
+    """One block for the group's rows (aux: the token's sums over 32 elements, int16): the
+    integer sums and the mins' of each 64-element chunk, folded in `chunks` fmas each (1: the
+    block's sums, 4: a chunk's)."""
     b, n = g.b, v.n
     acc_s, acc_m = acc
     dx = tok.scale(blk)
     d = b.fmul(b.fpext(g.load(wb, 0, vec(HALF, n)), v.f32), dx)
     dmin = b.fmul(b.fpext(g.load(wb, 2 * n, vec(HALF, n)), v.f32), dx)
     bytes_ = [b.zext(g.load(wb, 4 * n + n * j, vec(I8, n)), v.i32) for j in range(8)]
-    ints, mins = None, None
+    ints, mins = [], []
     for i in range(4):
         low = b.zext(g.load(wb, 12 * n + n * i, vec(I8, n)), v.i32)
         m_a = b.or_(b.and_(low, g.c(v.i32, 15)), b.shl(b.lshr(bytes_[2 * i], g.c(v.i32, 6)), g.c(v.i32, 4)))
         m_b = b.or_(b.lshr(low, g.c(v.i32, 4)), b.shl(b.lshr(bytes_[2 * i + 1], g.c(v.i32, 6)), g.c(v.i32, 4)))
         pair = b.bitcast(b.or_(m_a, b.shl(m_b, g.c(v.i32, 16))), v.i16)
-        m32 = g.maddwd(pair, tok.pair(b.add(b.mul(blk, g.c(I64, 16)), g.c(I64, 4 * i))))
-        mins = m32 if mins is None else b.add(mins, m32)
+        mins.append(g.maddwd(pair, tok.pair(b.add(b.mul(blk, g.c(I64, 16)), g.c(I64, 4 * i)))))
         sums = [None, None]     # sub-blocks 2i, 2i+1: their 8 lanes in int16
         for lane in range(8):
             packed = g.load(wb, 16 * n + 4 * n * (8 * i + lane), v.i8)
             for half, q in enumerate((b.and_(packed, g.c(v.i8, 0x0F)), b.lshr(packed, g.c(v.i8, 4)))):
                 p16 = g.maddubs(q, tok.lane(blk, 16 * i + 8 * half + lane))
                 sums[half] = p16 if sums[half] is None else b.add(sums[half], p16)
+        s32 = []
         for half in (0, 1):
             sc = b.and_(bytes_[2 * i + half], g.c(v.i32, 63))
-            s32 = g.maddwd(sums[half], b.bitcast(b.or_(sc, b.shl(sc, g.c(v.i32, 16))), v.i16))
-            ints = s32 if ints is None else b.add(ints, s32)
-    return [g.fma(b.sitofp(ints, v.f32), d, acc_s), g.fma(b.sitofp(mins, v.f32), dmin, acc_m)]
+            s32.append(g.maddwd(sums[half], b.bitcast(b.or_(sc, b.shl(sc, g.c(v.i32, 16))), v.i16)))
+        ints.append(b.add(s32[0], s32[1]))
+    if chunks == 1:
+        ints = [b.add(b.add(ints[0], ints[1]), b.add(ints[2], ints[3]))]
+        mins = [b.add(b.add(mins[0], mins[1]), b.add(mins[2], mins[3]))]
+    for i, m in zip(ints, mins):
+        acc_s = g.fma(b.sitofp(i, v.f32), d, acc_s)
+        acc_m = g.fma(b.sitofp(m, v.f32), dmin, acc_m)
+    return [acc_s, acc_m]
 
 
-def q4_k_p16():
-    """(layout, repack, kernel) of the Q4_K_P16 copy."""
+def q4_k_p16(gemm_step=GEMM_STEP):
+    """(layout, repack, kernel) of the Q4_K_P16 copy: the gemm's tile for a batch's first
+    T - T % 4 tokens (gemm_step of them a pass), the gemv's for the rest."""
     from .rowgroups import _finish_scalar
-    tile = _tile("q4_k_p16", Q4_K_P16, 256, 2, _block_q4_k, _finish_scalar, width=WIDTH)
-    return Q4_K_P16, _repacker(_in_chunks(_fill_q4_k, 144), Q4_K_P16, 256, WIDTH), _kernel(Q4_K_P16, 256, AUX_BSUMS32, tile)
+    gemm = _tile("q4_k_p16_gemm", Q4_K_P16, 256, 2, _block_q4_k(4), _finish_scalar, width=WIDTH, step=gemm_step)
+    gemv = _tile("q4_k_p16", Q4_K_P16, 256, 2, _block_q4_k(1), _finish_scalar, width=WIDTH)
+    return (Q4_K_P16, _repacker(_in_chunks(_fill_q4_k, 144), Q4_K_P16, 256, WIDTH),
+            _kernel(Q4_K_P16, 256, AUX_BSUMS32, gemm, gemv, tag=f"_s{gemm_step}"))

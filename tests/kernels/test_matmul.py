@@ -16,7 +16,7 @@ from dasllama.kernels import actq as A
 from dasllama.kernels import dots as D
 from dasllama.kernels import matmul as M
 from dasllama.kernels import quants as Q
-from dasllama.kernels import cpu, simd, rowgroups
+from dasllama.kernels import cpu, simd, rowgroups, rowgroups_p16
 from dasllama.kernels.rowgroup_template import F32_INT_BIAS
 
 from .blocks import gguf_dequantize, random_weights
@@ -347,10 +347,11 @@ def test_both_forms_of_the_q8_0_and_q4_0_copies_multiply_alike(width, step, n_ro
 
 # (format, columns, (rows, tokens) per copy): Q4_K's first T - T % 4 tokens (T >= 4) fold as
 # llama.cpp's repacked gemm, the rest as its gemv; Q6_K_X* spell only the tiled fold (T >= 8),
-# Q6_K_P16 only the vec dot's (T < 8), Q4_K_P16 only the gemv's (T < 4)
+# Q6_K_P16 only the vec dot's (T < 8), Q4_K_P16 the gemm's and the gemv's of T < 8
 _K_COPIES = [("Q4_0", 512, {"x8": [(8, 1), (16, 5), (24, 33), (64, 130)], "x16": [(16, 1), (32, 5), (64, 33)]}),
              ("Q4_K", 1024, {"x8": [(8, 1), (8, 3), (16, 4), (24, 5), (64, 13), (32, 130)],
-                             "x16": [(16, 3), (16, 4), (32, 13), (32, 130)], "p16": [(16, 1), (48, 3)]}),
+                             "x16": [(16, 3), (16, 4), (32, 13), (32, 130)],
+                             "p16": [(16, 1), (48, 3), (16, 4), (32, 5), (48, 7)]}),
              ("Q6_K", 1024, {"x8": [(8, 8), (16, 9), (24, 13), (64, 130)], "x16": [(16, 8), (32, 9), (48, 13)],
                              "p16": [(16, 1), (32, 3), (48, 7)]})]
 
@@ -374,6 +375,11 @@ def test_k_quant_copies_fold_alike_however_many_tokens_share_a_pass(step):
     for width in (8, 16):
         got = _multiply_copy(Q.Q4_K, w, 16, 512, bufs, 14, f"x{width}", kernel=rowgroups.q4_k_x8_kernel(width, step))
         np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"x{width}")
+    if rowgroups.HAS_X16:       # the p16 copy's gemm tile likewise, in a batched step's 4-7 tokens
+        for n_tokens in (4, 7):
+            ref, bufs = _ref(Q.Q4_K, w, x[:n_tokens])
+            got = _multiply_copy(Q.Q4_K, w, 16, 512, bufs, n_tokens, "p16", kernel=rowgroups_p16.q4_k_p16(step)[2])
+            np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"p16 T={n_tokens}")
 
 
 def test_which_batches_a_copy_folds_as_the_file_does():
@@ -392,8 +398,8 @@ def test_which_batches_a_copy_folds_as_the_file_does():
     # the packed copies serve decode (and a batched step's few tokens), never prefill
     assert rowgroups.layout_choices(Q.Q6_K, "decode") == ("file",) + ("p16",) * rowgroups.HAS_X16
     assert "p16" not in rowgroups.layout_choices(Q.Q6_K, "prefill")
-    assert rowgroups.decode_tokens(Q.Q6_K_P16) == 7 and rowgroups.decode_tokens(Q.Q8_0_X16) == 1
-    assert rowgroups.decode_tokens(Q.Q4_K_P16) == 3     # llama.cpp's repacked gemm takes batches of 4
+    assert rowgroups.decode_tokens(Q.Q6_K_P16) == rowgroups.decode_tokens(Q.Q4_K_P16) == 7
+    assert rowgroups.decode_tokens(Q.Q8_0_X16) == 1
 
 
 def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():

@@ -124,17 +124,19 @@ def test_threading_layer_follows_the_workload(tiny_model, kind):
 
 
 def test_copies_and_file_bytes_are_made_at_the_first_batch_that_reads_them(tiny_model):
-    # a 3-token prompt takes the p16 copies (Q4_K's serve 1-3 tokens): the x16 copies are not
-    # made and wbuf stays the map (the embedding's rows read from it); every logit of a longer
-    # prompt then takes the x16 copies and the tied output's file bytes (no copy serves 4 rows
-    # or more of it): made before that forward, and bit for bit the model without copies
+    # a 7-token prompt takes the p16 copies (Q4_K's serve 1-7 tokens: the first 4 through
+    # llama.cpp's repacked gemm, the rest its gemv): the x16 copies are not made and wbuf stays
+    # the map (the embedding's rows read from it); every logit of a longer prompt then takes the
+    # x16 copies and the tied output's file bytes (no copy serves 4 rows or more of it): made
+    # before that forward, and bit for bit the model without copies
     if not rowgroups.HAS_X16:
         pytest.skip("the p16 copies run on CPUs with AVX-512 and VNNI")
     path = tiny_model("gemma3", "Q4_K")
     model, without = Model(path, n_ctx=128, n_threads=2), Model(path, n_ctx=128, n_threads=2, copies=False)
     x16 = model.ctab[..., 1] == Q.Q4_K_X16
     assert x16.any() and model.wbuf is model.gguf.data
-    np.testing.assert_array_equal(model.eval([5, 6, 7]), without.eval([5, 6, 7]))
+    prompt = [5, 6, 7, 8, 9, 10, 11]
+    np.testing.assert_array_equal(model.eval(prompt), without.eval(prompt))
     assert (model._made[..., 1][x16] < 0).all() and model.wbuf is model.gguf.data
     ids = list(range(8, 30))
     np.testing.assert_array_equal(model.eval(ids, all_logits=True), without.eval(ids, all_logits=True))
