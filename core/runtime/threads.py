@@ -18,9 +18,29 @@ DECODE_LAYERS = ("omp", "tbb", "workqueue")
 # 2-core host of 2026-12-06 (load ~7, in alternated processes), gemma3's decode step on 2 threads
 # took 550-1360 ms with the default, 123-126 at 10000 rounds, 67-68 at 1000 and 57-62 with
 # passive waiting (1 thread: 56-62), and a 256-token prefill ran at 30 t/s against 274. 1000
-# rounds (tens of microseconds) still cover the gaps between a step's regions on a quiet machine,
+# rounds (tens of microseconds) still cover the gaps between a step's regions on a busy machine,
 # which libgomp also falls back to by itself once a team outnumbers the CPUs.
 GOMP_SPINCOUNT = "1000"
+# On a quiet host 1000 rounds are too few: `pause` took 24-33 cycles in the fifth session's
+# measurements (not ~140), so 1000 rounds are ~10 us, an empty two-thread region cost 61k cycles
+# (a sleep and a ~20 us wake in this VM) against 4k at 100000, and gemma3 Q8_0's tg128 ran
+# 68.0 / 73.9 t/s at 1000, 79.4 / 79.5 at 10000 and 76.9 / 78.1 at 100000 (alternated, load
+# 1.1-1.5 with the bench itself; docs/BENCHMARKS.md, fifth session, end). A process that starts
+# with at least half a core's worth of the load average idle takes this one (the minute's
+# average still holds a previous run's own load: 1.1-1.5 above, between back-to-back benches).
+GOMP_SPINCOUNT_QUIET = "10000"
+
+
+def gomp_spincount():
+    """libgomp's spin for a process starting now: GOMP_SPINCOUNT_QUIET on a quiet host (a load
+    average under its cores - 0.5), else GOMP_SPINCOUNT. Where the load rises later, Lanes moves
+    the decode step to fewer threads (whose regions then do not wait on a set-aside thread)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return GOMP_SPINCOUNT
+    return GOMP_SPINCOUNT_QUIET if load < cores - 0.5 else GOMP_SPINCOUNT
 
 
 def set_threads(n_threads):
@@ -33,12 +53,12 @@ def set_threads(n_threads):
 
 def prefer_threading_layers(order=DECODE_LAYERS):
     """Ask numba for the first available of `order` at its first parallel launch, unless the
-    user chose (NUMBA_THREADING_LAYER[_PRIORITY]), and libgomp for a short spin (GOMP_SPINCOUNT
-    above) unless the user set its wait (GOMP_SPINCOUNT, OMP_WAIT_POLICY); no effect once
-    threads run."""
+    user chose (NUMBA_THREADING_LAYER[_PRIORITY]), and libgomp for a spin as long as the host's
+    load allows (gomp_spincount) unless the user set its wait (GOMP_SPINCOUNT, OMP_WAIT_POLICY);
+    no effect once threads run."""
     import numba
     if not (os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")):
-        os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT   # read when libgomp loads: the first launch
+        os.environ["GOMP_SPINCOUNT"] = gomp_spincount()   # read when libgomp loads: the first launch
     if os.environ.get("NUMBA_THREADING_LAYER") or os.environ.get("NUMBA_THREADING_LAYER_PRIORITY"):
         return
     numba.config.THREADING_LAYER_PRIORITY = list(order)
