@@ -152,6 +152,21 @@ def lane_f32(g, v, ints):
     return g.b.fsub(g.b.bitcast(ints, v.f32), g.c(v.f32, 1.5 * 2 ** 23))
 
 
+
+def fold_k_chunks(g, v, ints, mins, d, dmin, acc, chunks):
+    """A K-quant block's 4 chunk sums (int32 lanes) and their mins' sums into the accumulators
+    (acc_s, acc_m): llama.cpp's repacked gemv folds the block's whole sums (chunks=1: one fma
+    each), its gemm each chunk's (chunks=4)."""
+    b = g.b
+    acc_s, acc_m = acc
+    if chunks == 1:
+        ints = [b.add(b.add(ints[0], ints[1]), b.add(ints[2], ints[3]))]
+        mins = [b.add(b.add(mins[0], mins[1]), b.add(mins[2], mins[3]))]
+    for i, m in zip(ints, mins):
+        acc_s = g.fma(b.sitofp(i, v.f32), d, acc_s)
+        acc_m = g.fma(b.sitofp(m, v.f32), dmin, acc_m)
+    return [acc_s, acc_m]
+
 def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`:
     prange over groups of `width` rows, cache-sized token chunks outside. With gemv_tile

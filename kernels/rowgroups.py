@@ -85,6 +85,7 @@ from .rowgroup_template import (  # noqa: F401  (abs_quants, group_sums: the aux
     _repacker,
     _tile,
     abs_quants,
+    fold_k_chunks,
     group_sums,
     lane_f32,
 )
@@ -381,7 +382,6 @@ def _block_q4_k(chunks):
     ints and mins in their own sums (aux: the token's sums over 32 elements, int16)."""
     def block(g, v, wb, tok, blk, acc):
         b, n = g.b, v.n
-        acc_s, acc_m = acc
         dx = tok.scale(blk)
         d, dmin = b.fmul(g.load(wb, 0, v.f32), dx), b.fmul(g.load(wb, 4 * n, v.f32), dx)
         ints, mins = [], []
@@ -397,13 +397,7 @@ def _block_q4_k(chunks):
             ints.append(chunk)
             pair = tok.pair(b.add(b.mul(blk, g.c(I64, 16)), g.c(I64, 4 * k)))
             mins.append(g.maddwd(g.load(wb, 40 * n + 4 * n * k, v.i16), pair))
-        if chunks == 1:
-            ints = [b.add(b.add(ints[0], ints[1]), b.add(ints[2], ints[3]))]
-            mins = [b.add(b.add(mins[0], mins[1]), b.add(mins[2], mins[3]))]
-        for i, m in zip(ints, mins):
-            acc_s = g.fma(b.sitofp(i, v.f32), d, acc_s)
-            acc_m = g.fma(b.sitofp(m, v.f32), dmin, acc_m)
-        return [acc_s, acc_m]
+        return fold_k_chunks(g, v, ints, mins, d, dmin, acc, chunks)
     return block
 
 

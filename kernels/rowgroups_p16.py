@@ -34,7 +34,7 @@ from llvmlite import ir
 from .ir import HALF, I8, I16, I64, vec
 from .quants import JIT, Q4_K_P16, Q5_0_P16, Q6_K_P16
 from .rowgroup_template import (AUX_BSUMS16, AUX_BSUMS32, AUX_LANE_OFFSETS, FUSED, PREFETCH_BYTES, _fused_kernel,
-                                _repacker, _tile, lane_f32)
+                                _repacker, _tile, fold_k_chunks, lane_f32)
 from .simd import HAS_VNNI
 
 WIDTH = 16
@@ -248,7 +248,6 @@ def _fold_q4_k(g, v, wb, tok, blk, acc, chunks):
     integer sums and the mins' of each 64-element chunk, folded in `chunks` fmas each (1: the
     block's sums, 4: a chunk's)."""
     b, n = g.b, v.n
-    acc_s, acc_m = acc
     dx = tok.scale(blk)
     d = b.fmul(b.fpext(g.load(wb, 0, vec(HALF, n)), v.f32), dx)
     dmin = b.fmul(b.fpext(g.load(wb, 2 * n, vec(HALF, n)), v.f32), dx)
@@ -271,13 +270,7 @@ def _fold_q4_k(g, v, wb, tok, blk, acc, chunks):
             sc = b.and_(bytes_[2 * i + half], g.c(v.i32, 63))
             s32.append(g.maddwd(sums[half], b.bitcast(b.or_(sc, b.shl(sc, g.c(v.i32, 16))), v.i16)))
         ints.append(b.add(s32[0], s32[1]))
-    if chunks == 1:
-        ints = [b.add(b.add(ints[0], ints[1]), b.add(ints[2], ints[3]))]
-        mins = [b.add(b.add(mins[0], mins[1]), b.add(mins[2], mins[3]))]
-    for i, m in zip(ints, mins):
-        acc_s = g.fma(b.sitofp(i, v.f32), d, acc_s)
-        acc_m = g.fma(b.sitofp(m, v.f32), dmin, acc_m)
-    return [acc_s, acc_m]
+    return fold_k_chunks(g, v, ints, mins, d, dmin, acc, chunks)
 
 
 def q4_k_p16(gemm_step=GEMM_STEP):
