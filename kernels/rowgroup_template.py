@@ -152,7 +152,6 @@ def lane_f32(g, v, ints):
     return g.b.fsub(g.b.bitcast(ints, v.f32), g.c(v.f32, 1.5 * 2 ** 23))
 
 
-
 def fold_k_chunks(g, v, ints, mins, d, dmin, acc, chunks):
     """A K-quant block's 4 chunk sums (int32 lanes) and their mins' sums into the accumulators
     (acc_s, acc_m): llama.cpp's repacked gemv folds the block's whole sums (chunks=1: one fma
@@ -167,9 +166,10 @@ def fold_k_chunks(g, v, ints, mins, d, dmin, acc, chunks):
         acc_m = g.fma(b.sitofp(m, v.f32), dmin, acc_m)
     return [acc_s, acc_m]
 
+
 def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`:
-    prange over groups of `width` rows, cache-sized token chunks outside. With gemv_tile
+    prange over groups of `width` rows, each group's tokens in cache-sized chunks. With gemv_tile
     (Q4_K), the first tokens dots.gemm_tokens gives llama.cpp's repacked gemm take `tile`, the
     rest gemv_tile. (The aux functions are called as globals under a compile-time kind: a
     captured dispatcher would key numba's disk cache on a random id.)"""
