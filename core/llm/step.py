@@ -17,7 +17,6 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 import types
 from collections import namedtuple
 
@@ -30,6 +29,7 @@ from dasllama.kernels.attention import attention
 from dasllama.kernels.matmul import dispatch_set, fused_for, matmul_for, set_key, set_text
 from dasllama.kernels.quants import dequantize_row_for
 
+from ..runtime.threads import free_cores
 from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
 
 Step = namedtuple("Step", "forward forward_batch qtypes fused")
@@ -84,7 +84,7 @@ class FirstCompile:
     type would cost a compile the step does not use, never a wrong result. Where the helper
     cannot start or fails, the step compiles the dispatch itself.
 
-    On where two cores are free, one for each process (idle_cores: 1.5 or more idle over 0.1 s
+    On where two cores are free, one for each process (free_cores: 1.5 or more free over 0.1 s
     while this process waits; the load average at most cores - 1 where /proc/stat is not to
     be read), or with
     DASLLAMA_COMPILE_HELPER=1; off with =0. On a quiet 2-core machine it took the first
@@ -125,27 +125,8 @@ def _helper_pays():
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if cores < 2:
         return False
-    idle = idle_cores()
-    return idle >= 1.5 if idle is not None else os.getloadavg()[0] <= cores - 1
-
-
-def idle_cores(window=0.1):
-    """Cores idle over the next `window` seconds (Linux's /proc/stat; None elsewhere). The load
-    average lags a minute: just after `pip install` or a build it read 1.2-1.5 on an idle 2-core
-    host and kept the helper off (a first run 44 s instead of 34)."""
-    def sample():
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:]]
-        return ticks[3] + ticks[4], sum(ticks)       # idle + iowait, all
-    try:
-        idle0, all0 = sample()
-        time.sleep(window)
-        idle1, all1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    if all1 <= all0:
-        return None
-    return (idle1 - idle0) / (all1 - all0) * (os.cpu_count() or 1)
+    free = free_cores()
+    return free >= 1.5 if free is not None else os.getloadavg()[0] <= cores - 1
 
 
 def _samples(shape):

@@ -1,6 +1,7 @@
 """Thread counts and numba's threading layer, for every model the engine runs."""
 import os
 import sys
+import time
 
 # numba picks its threading layer at the first parallel launch in a process. A decode step
 # runs tens (Whisper) to hundreds (an LLM) of short parallel regions back to back: libgomp's
@@ -25,22 +26,56 @@ GOMP_SPINCOUNT = "1000"
 # measurements (not ~140), so 1000 rounds are ~10 us, an empty two-thread region cost 61k cycles
 # (a sleep and a ~20 us wake in this VM) against 4k at 100000, and gemma3 Q8_0's tg128 ran
 # 68.0 / 73.9 t/s at 1000, 79.4 / 79.5 at 10000 and 76.9 / 78.1 at 100000 (alternated, load
-# 1.1-1.5 with the bench itself; docs/BENCHMARKS.md, fifth session, end). A process that starts
-# with at least half a core's worth of the load average idle takes this one (the minute's
-# average still holds a previous run's own load: 1.1-1.5 above, between back-to-back benches).
+# 1.1-1.5 with the bench itself; docs/BENCHMARKS.md, fifth session, end). A process that other
+# processes leave more than half a core (free_cores, from its start) takes this one.
 GOMP_SPINCOUNT_QUIET = "10000"
 
 
-def gomp_spincount():
-    """libgomp's spin for a process starting now: GOMP_SPINCOUNT_QUIET on a quiet host (a load
-    average under its cores - 0.5), else GOMP_SPINCOUNT. Where the load rises later, Lanes moves
-    the decode step to fewer threads (whose regions then do not wait on a set-aside thread)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def _cpu_ticks():
+    """(idle + iowait ticks of every CPU, all their ticks, this process's own CPU ticks): Linux's
+    /proc/stat and os.times, in clock ticks; None where either cannot be read."""
     try:
-        load = os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return GOMP_SPINCOUNT
-    return GOMP_SPINCOUNT_QUIET if load < cores - 0.5 else GOMP_SPINCOUNT
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        own = os.times()
+        return ticks[3] + ticks[4], sum(ticks), (own.user + own.system) * os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+_START = _cpu_ticks(), time.monotonic()     # this process's first sample, taken at its imports
+
+
+def free_cores(window=0.1, since=None):
+    """Cores other processes left free over the last `window` seconds at least: the idle ones plus
+    what this process used itself (None where /proc/stat cannot be read). `since` (a `_START`-like
+    (ticks, time)) starts the window earlier, and the call then sleeps only for what is left of
+    `window`. The load average lags a minute and holds a previous run's own load: it read 1.2-1.5
+    on an idle 2-core host just after `pip install` (which kept the first run's compile helper
+    off: 44 s instead of 34) and 1.5-1.7 between back-to-back benches (which took the busy spin:
+    Qwen2.5's tg128 45.3 t/s against 54.3)."""
+    first, t0 = since if since is not None else (_cpu_ticks(), time.monotonic())
+    time.sleep(max(0.0, window - (time.monotonic() - t0)))
+    last = _cpu_ticks()
+    if first is None or last is None or last[1] <= first[1]:
+        return None
+    idle, total, own = (b - a for a, b in zip(first, last))
+    return min(total, idle + own) / total * (os.cpu_count() or 1)
+
+
+def gomp_spincount():
+    """libgomp's spin for a process starting now: GOMP_SPINCOUNT_QUIET where other processes left
+    it more than half a core since its start (by the load average where /proc/stat cannot be
+    read), else GOMP_SPINCOUNT. Where the load rises later, Lanes moves the decode step to fewer
+    threads (whose regions then do not wait on a set-aside thread)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    free = free_cores(since=_START)
+    if free is None:
+        try:
+            free = cores - os.getloadavg()[0]
+        except (OSError, AttributeError):
+            return GOMP_SPINCOUNT
+    return GOMP_SPINCOUNT_QUIET if free > 0.5 else GOMP_SPINCOUNT
 
 
 def set_threads(n_threads):

@@ -139,12 +139,12 @@ def test_the_helper_stays_off_while_every_core_is_busy(monkeypatch):
     import sys
     import time
     if not os.path.exists("/proc/stat"):
-        pytest.skip("idle_cores reads Linux's /proc/stat")
+        pytest.skip("free_cores reads Linux's /proc/stat")
     monkeypatch.delenv("DASLLAMA_COMPILE_HELPER", raising=False)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
         time.sleep(0.3)
-        assert step.idle_cores() < 1.5
+        assert step.free_cores() < 1.5
         assert not step._helper_pays()
     finally:
         for p in busy:
