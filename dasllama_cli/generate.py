@@ -1,5 +1,4 @@
 """`dasllama generate`: text from a GGUF LLM, streamed to stdout."""
-import codecs
 import json
 import os
 import sys
@@ -10,7 +9,7 @@ from dasllama.core import Constraint, SamplerParams, generate, load, prompt_ids
 from dasllama.core.llm.conversation import Conversation
 
 from .errors import user_errors
-from .options import THREADS, FiniteFloat, complete_model_names, model_name
+from .options import THREADS, FiniteFloat, check_encoding, complete_model_names, decode, model_name
 
 
 def read_prompt(prompt_arg, prompt_opt, file, encoding, chat=False):
@@ -58,16 +57,6 @@ def read_schema(value):
     return read_text_file(value, "the JSON schema file")
 
 
-def decode(data, encoding, where):
-    """Bytes of a prompt as text; a byte the encoding cannot read is named with its offset."""
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError as e:
-        raise click.ClickException(
-            f"{where} is not valid {encoding} text (byte 0x{data[e.start]:02x} at offset "
-            f"{e.start}): pass --encoding with its encoding (e.g. --encoding latin-1).") from None
-
-
 def check_encodable(text, where):
     """Command-line text that was not UTF-8 reaches Python as lone surrogates."""
     try:
@@ -75,15 +64,6 @@ def check_encodable(text, where):
     except UnicodeEncodeError as e:
         raise click.ClickException(f"{where} is not valid UTF-8 text (at character {e.start}): "
                                    "put it in a file and pass -f FILE --encoding ENC.") from None
-
-
-def check_encoding(ctx, param, value):
-    try:
-        codecs.lookup(value)
-    except LookupError:
-        raise click.BadParameter(f"{value!r} is not a text encoding Python knows "
-                                 "(e.g. utf-8, latin-1, cp1252, utf-16).") from None
-    return value
 
 
 def warn_long_context(model):

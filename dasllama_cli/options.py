@@ -1,5 +1,6 @@
-"""Option types every subcommand shares: numbers that must be finite, and thread counts
-bounded by the pool numba can start."""
+"""Option types every subcommand shares: numbers that must be finite, thread counts bounded
+by the pool numba can start, and text encodings of input files and stdin."""
+import codecs
 import math
 import os
 
@@ -45,6 +46,25 @@ class ThreadCount(click.IntRange):
 
 
 THREADS = ThreadCount()
+
+
+def check_encoding(ctx, param, value):
+    try:
+        codecs.lookup(value)
+    except LookupError:
+        raise click.BadParameter(f"{value!r} is not a text encoding Python knows "
+                                 "(e.g. utf-8, latin-1, cp1252, utf-16).") from None
+    return value
+
+
+def decode(data, encoding, where):
+    """Bytes of a prompt as text; a byte the encoding cannot read is named with its offset."""
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        raise click.ClickException(
+            f"{where} is not valid {encoding} text (byte 0x{data[e.start]:02x} at offset "
+            f"{e.start}): pass --encoding with its encoding (e.g. --encoding latin-1).") from None
 
 
 def writable_file(ctx, param, value):

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from dasllama.core.tts import (PHONEMIZERS, PhonemizerUnavailable, SynthesisError, VoiceError,
                                load_voice, resampled, sentence_phonemes, synthesize, to_int16)
 
-from .options import THREADS, FiniteFloat, complete_model_names, model_name
+from .options import THREADS, FiniteFloat, check_encoding, complete_model_names, decode, model_name
 
 USER_ERRORS = (VoiceError, SynthesisError, PhonemizerUnavailable)
 PROGRESS_MIN_CHARS = 500        # a progress bar (on a terminal) for text longer than this
@@ -52,17 +52,17 @@ def json_utterances(lines):
     return out
 
 
-def utterances(text, file):
+def utterances(text, file, encoding):
     """The text to speak: the argument, or FILE / piped stdin one utterance per line."""
     if text:
         return [" ".join(text)]
-    if file:
-        stream = click.open_file(file, "r", encoding="utf-8")
-    elif not click.get_text_stream("stdin").isatty():
-        stream = click.get_text_stream("stdin")
+    if file is not None:
+        data, where = file.read(), f"-f {file.name}"
+    elif not click.get_binary_stream("stdin").isatty():
+        data, where = click.get_binary_stream("stdin").read(), "stdin"
     else:
         raise click.UsageError("no text: pass it as an argument, with -f FILE, or on stdin.")
-    lines = [line.strip() for line in stream]
+    lines = [line.strip() for line in decode(data, encoding, where).splitlines()]
     return [line for line in lines if line]
 
 
@@ -112,8 +112,10 @@ class RawSink:
               callback=model_name("piper"), shell_complete=complete_model_names("piper"),
               help="Piper voice .onnx (its .onnx.json beside it), Kokoro .onnx (its voice pack "
                    "beside it), or a name `dasllama models` lists.")
-@click.option("-f", "--file", type=click.Path(allow_dash=True),
+@click.option("-f", "--file", type=click.File("rb"),
               help="Read the text from FILE ('-' for stdin), one utterance per line.")
+@click.option("--encoding", default="utf-8", show_default=True, callback=check_encoding,
+              help="Text encoding of -f FILE or stdin.")
 @click.option("-o", "--output-file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write a WAV file ('-' for stdout; the default when stdout is not a terminal).")
 @click.option("--output-raw", is_flag=True,
@@ -145,7 +147,7 @@ class RawSink:
                    "voices, kokoro-onnx for Kokoro's: each bundles espeak-ng).")
 @click.option("-t", "--threads", type=THREADS, default=None, help="Threads (default: all cores).")
 @click.option("-q", "--quiet", is_flag=True, help="No timings on stderr.")
-def speak_cmd(text, model_path, file, output_file, output_raw, json_input, rate, speaker, voices_path,
+def speak_cmd(text, model_path, file, encoding, output_file, output_raw, json_input, rate, speaker, voices_path,
               list_voices, speed, length_scale, noise_scale, noise_w, sentence_silence, phonemizer,
               threads, quiet):
     """Speak TEXT (or -f FILE, or stdin) with a Piper or Kokoro voice, as WAV or raw PCM."""
@@ -157,7 +159,7 @@ def speak_cmd(text, model_path, file, output_file, output_raw, json_input, rate,
         names = voice.voice_names() if hasattr(voice, "voice_names") else sorted(voice.config.speaker_id_map)
         click.echo("\n".join(names or ["(one speaker)"]))
         return
-    lines = utterances(text, file)
+    lines = utterances(text, file, encoding)
     if not lines:
         raise click.ClickException("no text to speak: the input is empty.")
     items = json_utterances(lines) if json_input else [Utterance(line) for line in lines]

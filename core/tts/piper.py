@@ -117,13 +117,28 @@ class PiperVoice:
                                     lambda ids: self.net.infer(ids, *scales), self.pool, self.n_threads)
 
 
+def _voice_in(folder):
+    """The one .onnx voice a folder holds (as a voice's download unpacks: the .onnx and its
+    .onnx.json), or one sentence on why there is not one."""
+    voices = sorted(folder.glob("*.onnx"))
+    if len(voices) == 1:
+        return voices[0]
+    if not voices:
+        raise VoiceError(f"{folder} is a folder with no .onnx voice in it: pass the voice's .onnx "
+                         "file (its .onnx.json beside it).")
+    raise VoiceError(f"{folder} holds {len(voices)} voices ({', '.join(v.name for v in voices)}): "
+                     "pass the one to speak with.")
+
+
 def load_voice(path, n_threads=None, voices_path=None):
-    """Load `voice.onnx` and the `voice.onnx.json` beside it; n_threads: threads (default: all
-    cores). A StyleTTS2 graph (Kokoro, Kitten TTS) loads as a KokoroVoice, its voice pack
+    """Load `voice.onnx` and the `voice.onnx.json` beside it (or the one voice of a folder);
+    n_threads: threads (default: all cores). A StyleTTS2 graph (Kokoro, Kitten TTS) loads as a KokoroVoice, its voice pack
     beside it or at voices_path."""
     path = Path(path)
     if path.suffix == ".json" and path.with_suffix("").suffix == ".onnx":
         path = path.with_suffix("")
+    if path.is_dir():
+        path = _voice_in(path)
     if not path.is_file():
         raise VoiceError(f"{path}: no such voice file.")
     config_path = path.with_name(path.name + ".json")

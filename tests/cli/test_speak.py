@@ -76,6 +76,24 @@ def test_bad_input_is_one_sentence(voice, tmp_path):
     lone.symlink_to(voice)
     _error(run("-m", str(lone), "hi"), "lone.onnx.json")
     _error(run("-m", voice, "-s", "3", "hi"), "single speaker")
+    _error(run("-m", str(tmp_path), "hi"), "holds 2 voices (lone.onnx, voice.onnx)")
+    wrong.unlink()
+    _error(run("-m", str(tmp_path), "hi"), "lone.onnx.json")        # a folder's one voice is read
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _error(run("-m", str(empty), "hi"), "no .onnx voice in it")
+
+
+def test_unreadable_text_is_one_sentence_and_its_encoding_a_flag(voice, tmp_path):
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("Caf\u00e9.\n".encode("latin-1"))
+    _error(run("-m", voice, "-f", str(latin)), "not valid utf-8 text (byte 0xe9 at offset 3)")
+    _error(run("-m", voice, input="Caf\u00e9.\n".encode("latin-1")), "stdin is not valid utf-8")
+    _error(run("-m", voice, "-f", str(tmp_path / "missing.txt")), "No such file")
+    _error(run("-m", voice, "-f", str(tmp_path)), "Is a directory")
+    _error(run("-m", voice, "--encoding", "klingon", "hi"), "not a text encoding")
+    r = run("-m", voice, "-q", "--output-raw", "-f", str(latin), "--encoding", "latin-1")
+    assert r.exit_code == 0 and len(r.stdout_bytes) > 22050, r.stderr
 
 
 @pytest.mark.slow
