@@ -27,7 +27,7 @@ GOMP_SPINCOUNT = "1000"
 # (a sleep and a ~20 us wake in this VM) against 4k at 100000, and gemma3 Q8_0's tg128 ran
 # 68.0 / 73.9 t/s at 1000, 79.4 / 79.5 at 10000 and 76.9 / 78.1 at 100000 (alternated, load
 # 1.1-1.5 with the bench itself; docs/BENCHMARKS.md, fifth session, end). A process that other
-# processes leave more than half a core (free_cores, from its start) takes this one.
+# processes leave all its cores but half of one (free_cores, from its start) takes this one.
 GOMP_SPINCOUNT_QUIET = "10000"
 
 
@@ -65,9 +65,11 @@ def free_cores(window=0.1, since=None):
 
 def gomp_spincount():
     """libgomp's spin for a process starting now: GOMP_SPINCOUNT_QUIET where other processes left
-    it more than half a core since its start (by the load average where /proc/stat cannot be
-    read), else GOMP_SPINCOUNT. Where the load rises later, Lanes moves the decode step to fewer
-    threads (whose regions then do not wait on a set-aside thread)."""
+    it all its cores but half of one since its start (by the load average where /proc/stat
+    cannot be read), else GOMP_SPINCOUNT: where a team shares a core with another process, a
+    long spin holds the core its descheduled teammate could run on. Where the load rises later,
+    Lanes moves the decode step to fewer threads (whose regions then do not wait on a set-aside
+    thread)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     free = free_cores(since=_START)
     if free is None:
@@ -75,7 +77,7 @@ def gomp_spincount():
             free = cores - os.getloadavg()[0]
         except (OSError, AttributeError):
             return GOMP_SPINCOUNT
-    return GOMP_SPINCOUNT_QUIET if free > 0.5 else GOMP_SPINCOUNT
+    return GOMP_SPINCOUNT_QUIET if free >= cores - 0.5 else GOMP_SPINCOUNT
 
 
 def set_threads(n_threads):
