@@ -54,7 +54,7 @@ def test_row_ops_batch_equals_rows():
     """From ops.PAR_ROWS rows on the row-wise ops (and the activation quantiser) split rows
     over the thread pool; every row must come out bit for bit as it does alone."""
     from dasllama.kernels.actq import act_buffers, quantize_act
-    T = ops.PAR_ROWS + 5
+    T = ops.PAR_ROWS + 5            # rms_norm's jobs of four rows, and a tail of one
     x = rng.standard_normal((T, 256)).astype(np.float32) * 3
     w = rng.standard_normal(256).astype(np.float32)
     up = rng.standard_normal((T, 256)).astype(np.float32)
@@ -69,6 +69,11 @@ def test_row_ops_batch_equals_rows():
         out = np.empty_like(x[s])
         ops.rms_norm(x[s], w, 1e-6, out)
         return out
+
+    def norm_in_place(s):      # the post-norms: out is x
+        y = x[s].copy()
+        ops.rms_norm(y, w, 1e-6, y)
+        return y
 
     def norm_heads(s):
         y = x[s].copy()
@@ -98,7 +103,7 @@ def test_row_ops_batch_equals_rows():
             return np.concatenate([b.reshape(n, -1).view(np.uint8) for b in bufs], axis=1)
         return run
 
-    for fn in (norm, norm_heads, rope, glu("geglu"), glu("swiglu"), quant(8), quant(9), quant(15)):
+    for fn in (norm, norm_in_place, norm_heads, rope, glu("geglu"), glu("swiglu"), quant(8), quant(9), quant(15)):
         batch, rows = both(fn)
         np.testing.assert_array_equal(batch, rows)
 
