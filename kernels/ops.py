@@ -60,16 +60,40 @@ def _rms_norm_row(x, w, eps, out):
         out[i] = (x[i] * scale) * w[i]
 
 
+@njit(cache=True, boundscheck=False)
+def _rms_norm_rows4(x, w, eps, out, t):
+    """_rms_norm_row of rows t..t+3, their four f64 sums side by side: each is the same serial
+    chain (ggml's order), but one chain alone waits on the add's latency every element (512 x
+    640 sums: 0.17 ms on one thread, four at a time 0.12)."""
+    n = x.shape[1]
+    s0 = s1 = s2 = s3 = 0.0
+    for i in range(n):
+        s0 += np.float64(x[t, i] * x[t, i])
+        s1 += np.float64(x[t + 1, i] * x[t + 1, i])
+        s2 += np.float64(x[t + 2, i] * x[t + 2, i])
+        s3 += np.float64(x[t + 3, i] * x[t + 3, i])
+    for r, s in ((0, s0), (1, s1), (2, s2), (3, s3)):
+        mean = np.float32(s / n)
+        scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+        for i in range(n):
+            out[t + r, i] = (x[t + r, i] * scale) * w[i]
+
+
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm(x, w, eps, out):
-    """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (T, n); w: (n,)."""
+    """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (T, n); w: (n,); out may be x.
+    From PAR_ROWS rows on the thread pool, four rows a job (_rms_norm_rows4)."""
     T = x.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
             _rms_norm_row(x[t], w, eps, out[t])
     else:
-        for t in prange(T):
-            _rms_norm_row(x[t], w, eps, out[t])
+        for g in prange((T + 3) // 4):
+            if 4 * g + 4 <= T:
+                _rms_norm_rows4(x, w, eps, out, 4 * g)
+            else:
+                for t in range(4 * g, T):
+                    _rms_norm_row(x[t], w, eps, out[t])
 
 
 @njit(cache=True, boundscheck=False)
@@ -86,16 +110,40 @@ def _rms_norm_heads_row(x, w, eps, n_heads, head_dim):
             x[base + i] = (x[base + i] * scale) * w[i]
 
 
+@njit(cache=True, boundscheck=False)
+def _rms_norm_heads_rows4(x, w, eps, n_heads, head_dim, t):
+    """_rms_norm_heads_row of rows t..t+3, each head's four sums side by side (as
+    _rms_norm_rows4)."""
+    for h in range(n_heads):
+        base = h * head_dim
+        s0 = s1 = s2 = s3 = 0.0
+        for i in range(base, base + head_dim):
+            s0 += np.float64(x[t, i] * x[t, i])
+            s1 += np.float64(x[t + 1, i] * x[t + 1, i])
+            s2 += np.float64(x[t + 2, i] * x[t + 2, i])
+            s3 += np.float64(x[t + 3, i] * x[t + 3, i])
+        for r, s in ((0, s0), (1, s1), (2, s2), (3, s3)):
+            mean = np.float32(s / head_dim)
+            scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+            for i in range(head_dim):
+                x[t + r, base + i] = (x[t + r, base + i] * scale) * w[i]
+
+
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm_heads(x, w, eps, n_heads, head_dim):
-    """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm)."""
+    """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm);
+    from PAR_ROWS rows on the thread pool, four rows a job."""
     T = x.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
             _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
     else:
-        for t in prange(T):
-            _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
+        for g in prange((T + 3) // 4):
+            if 4 * g + 4 <= T:
+                _rms_norm_heads_rows4(x, w, eps, n_heads, head_dim, 4 * g)
+            else:
+                for t in range(4 * g, T):
+                    _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
 
 
 @njit(cache=True, boundscheck=False)

@@ -54,7 +54,7 @@ def test_row_ops_batch_equals_rows():
     """From ops.PAR_ROWS rows on the row-wise ops (and the activation quantiser) split rows
     over the thread pool; every row must come out bit for bit as it does alone."""
     from dasllama.kernels.actq import act_buffers, quantize_act
-    T = ops.PAR_ROWS + 5
+    T = ops.PAR_ROWS + 5            # rms_norm's jobs of four rows, and a tail of one
     x = rng.standard_normal((T, 256)).astype(np.float32) * 3
     w = rng.standard_normal(256).astype(np.float32)
     up = rng.standard_normal((T, 256)).astype(np.float32)
@@ -69,6 +69,11 @@ def test_row_ops_batch_equals_rows():
         out = np.empty_like(x[s])
         ops.rms_norm(x[s], w, 1e-6, out)
         return out
+
+    def norm_in_place(s):      # the post-norms: out is x
+        y = x[s].copy()
+        ops.rms_norm(y, w, 1e-6, y)
+        return y
 
     def norm_heads(s):
         y = x[s].copy()
@@ -98,7 +103,7 @@ def test_row_ops_batch_equals_rows():
             return np.concatenate([b.reshape(n, -1).view(np.uint8) for b in bufs], axis=1)
         return run
 
-    for fn in (norm, norm_heads, rope, glu("geglu"), glu("swiglu"), quant(8), quant(9), quant(15)):
+    for fn in (norm, norm_in_place, norm_heads, rope, glu("geglu"), glu("swiglu"), quant(8), quant(9), quant(15)):
         batch, rows = both(fn)
         np.testing.assert_array_equal(batch, rows)
 
@@ -268,3 +273,32 @@ def test_the_f16_accumulator_lanes_round_as_the_scalar_loops(mode):
     else:
         want = (v64 * f64 + a64).astype(np.float16)
     np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("pos0, n_swa", [(0, 0), (200, 40)])
+def test_tiled_attention_bits_do_not_depend_on_cells_no_row_sees(pos0, n_swa):
+    # the tiled path skips a key tile no row of a block sees (cells after the block's last
+    # query, out of its window, empty) and masks the cells of a tile it sees: a cache that
+    # holds such cells, or not, gives the same bits; and causal rows on a tile's diagonal
+    # give the bits of the same rows whose tile holds no later cells (the branch-free mask)
+    n_head, n_head_kv, hd, T = 4, 1, 64, 130
+    n_cells = pos0 + T + 170
+    q = rng.standard_normal((T, n_head * hd)).astype(np.float32)
+    kc = np.zeros((n_cells, n_head_kv * hd), np.uint16)
+    vc = np.zeros_like(kc)
+    attn.store_kv(rng.standard_normal((n_cells, n_head_kv * hd)).astype(np.float32), kc, np.arange(n_cells))
+    attn.store_kv(rng.standard_normal((n_cells, n_head_kv * hd)).astype(np.float32), vc, np.arange(n_cells))
+    pos = pos0 + np.arange(T)
+    full = np.arange(n_cells)                      # later positions in the cells after the batch
+    bare = np.where(full < pos0 + T, full, -1)     # those cells empty
+    if n_swa:
+        bare[:pos0 - n_swa + 1] = -1               # and the cells out of every row's window
+    outs = []
+    for kpos in (full, bare):
+        out = np.empty((T, n_head * hd), np.float32)
+        attn.attention(q, pos, kc, vc, kpos, n_head, n_head_kv, hd, hd, 0.125, 0.0, n_swa, True, out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    ref = attention_ref(q, kc[:pos0 + T].view(np.float16), vc[:pos0 + T].view(np.float16), pos0,
+                        n_head, n_head_kv, 0.125, 0.0, n_swa)
+    assert nmse(outs[0], ref) < 1e-10
