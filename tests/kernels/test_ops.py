@@ -114,8 +114,9 @@ def test_gelu_table_and_geglu():
 
 
 def test_geglu_lanes_equal_the_scalar_rows():
-    """From PAR_ROWS rows geglu runs 16 lanes a step (a gather from the table) and each row's
-    tail alone: bit for bit the scalar row's, at the +-10 edges, beyond them, NaN and inf."""
+    """geglu runs 16 lanes a step (a gather from the table; from PAR_ROWS rows on the thread
+    pool) and each row's tail alone: bit for bit the scalar row's, at the +-10 edges, beyond
+    them, NaN and inf, in a decode step's few rows as in a batch's many."""
     T, n = ops.PAR_ROWS + 3, 300     # 18 vectors and a tail of 12 a row
     gate = rng.standard_normal((T, n)).astype(np.float32) * 6
     gate[0, :8] = (-10.0, 10.0, -11.0, 11.0, np.nan, np.inf, -np.inf, -0.0)
@@ -124,10 +125,13 @@ def test_geglu_lanes_equal_the_scalar_rows():
     tab = ops.gelu_table()
     rows = np.empty_like(gate)
     for t in range(T):
-        ops.geglu(gate[t:t + 1], up[t:t + 1], tab, rows[t:t + 1])
+        ops._geglu_row(gate[t], up[t], tab, rows[t])
     batch = np.empty_like(gate)
     ops.geglu(gate, up, tab, batch)
     np.testing.assert_array_equal(batch.view(np.uint32), rows.view(np.uint32))
+    few = np.empty_like(gate[:4])
+    ops.geglu(gate[:4], up[:4], tab, few)
+    np.testing.assert_array_equal(few.view(np.uint32), rows[:4].view(np.uint32))
 
 
 def test_swiglu():
