@@ -47,6 +47,16 @@ def store_kv(src, cache, cells):
             _store_row(src[t], cache, cells[t])
 
 
+@njit(cache=True, boundscheck=False)
+def store_kv_rows(k, v, kblock, vblock, layer, seqs, cells):
+    """A batched decode step's keys and values (B, n): row t rounded to f16 into cell cells[t]
+    of sequence seqs[t]'s cache of `layer` (kblock, vblock: (n_seq, n_layers, n_cells, n)),
+    on this thread (a few rows: no region, no views a row)."""
+    for t in range(k.shape[0]):
+        _store_row(k[t], kblock[seqs[t], layer], cells[t])
+        _store_row(v[t], vblock[seqs[t], layer], cells[t])
+
+
 @njit(cache=True, inline="always")
 def sees(kp, p, n_swa, causal):
     """Whether a query at position p attends to a cell holding position kp (-1: empty), as
