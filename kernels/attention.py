@@ -10,8 +10,7 @@ from numba import njit, prange
 from .actq import PAR_ROWS, round_f16
 from .cpu import llvm_has, probe
 from .dots import hsum8
-from .fa_tiles import (MAD, MAD_HALF, MAD_HALVES, SCALE, SCALE_HALVES, f16_dot_lanes, f16_round_lanes,
-                       outer_tile)
+from .fa_tiles import MAD, MAD_HALVES, SCALE, SCALE_HALVES, f16_dot_lanes, f16_round_lanes, outer_tile
 from .ir import f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
 from .ops import EXP_LANES, row_max, v_expf
 
@@ -77,7 +76,6 @@ def cells_used(kpos):
 _f16_dot = f16_dot_lanes(F16_LANES)
 _f16_mad = f16_round_lanes(F16_LANES, MAD)
 _f16_scale = f16_round_lanes(F16_LANES, SCALE)
-_f16_mad_half = f16_round_lanes(F16_LANES, MAD_HALF)
 _f16_mad_halves = f16_round_lanes(2 * F16_LANES, MAD_HALVES)
 _f16_scale_halves = f16_round_lanes(2 * F16_LANES, SCALE_HALVES)
 
@@ -155,40 +153,18 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
                    softcap, n_swa, causal, acc, lanes):
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query at position p over
     cells j0..j1-1 (masked cells skipped): acc (head_dim_v,) gets the f16 accumulator's
-    values (unnormalised); returns (M, S)."""
-    acc[:] = 0.0
-    M = np.float32(-np.inf)
-    S = np.float32(0.0)
-    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0   # native half lanes
-    n_lanes = (head_dim_v - n_half) // F16_LANES          # then f32 lanes, a vector at a time
-    n_lanes_end = n_half + n_lanes * F16_LANES
-    acc_p = np.int64(acc.ctypes.data)
-    for j in range(j0, j1):
-        if not sees(kpos[j], p, n_swa, causal):
-            continue
-        vrow = vcache[j, voff:voff + head_dim_v]     # (head_dim_v,) f16 bits
-        s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
-        if softcap != 0.0:
-            s = np.float32(softcap) * np.float32(math.tanh(s))
-        ms = np.float32(1.0)
-        vs = np.float32(1.0)
-        if s > M:
-            ms = np.float32(math.exp(M - s))
-            M = s
-            # the half lanes' factor rounded to half (the product of two halves is exact in f32)
-            _f16_scale(acc_p, np.int64(f32_bits(round_f16(ms))), np.int64(0), n_half // F16_LANES)
-            _f16_scale(acc_p + 4 * n_half, np.int64(f32_bits(ms)), np.int64(0), n_lanes)
-            for d in range(n_lanes_end, head_dim_v):
-                acc[d] = round_f16(acc[d] * ms)
-        else:
-            vs = np.float32(math.exp(s - M))
-        v_p = np.int64(vcache.ctypes.data) + j * vcache.strides[0] + 2 * voff
-        _f16_mad_half(acc_p, np.int64(f32_to_f16(vs)), v_p, n_half // F16_LANES)
-        _f16_mad(acc_p + 4 * n_half, np.int64(f32_bits(vs)), v_p + 2 * n_half, n_lanes)
-        for d in range(n_lanes_end, head_dim_v):
-            acc[d] = round_f16(fma_f32(f16_to_f32(vrow[d]), vs, acc[d]))
-        S = fma_f32(S, ms, vs)
-    return M, S
+    values (unnormalised); returns (M, S). _one_chunk_heads of one head."""
+    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
+    acc_h = np.empty((1, max(n_half, 1)), np.uint16)
+    scores = np.empty(1, np.float32)
+    M = np.empty(1, np.float32)
+    S = np.empty(1, np.float32)
+    _one_chunk_heads(qv.reshape((1, head_dim)), p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim,
+                     head_dim_v, scale, softcap, n_swa, causal, acc_h, acc.reshape((1, head_dim_v)), scores,
+                     M, S, lanes)
+    for d in range(n_half):
+        acc[d] = f16_to_f32(acc_h[0, d])
+    return M[0], S[0]
 
 
 @njit(cache=True, boundscheck=False)
