@@ -10,7 +10,7 @@ from numba import njit, prange
 from .actq import PAR_ROWS, round_f16
 from .cpu import llvm_has, probe
 from .dots import hsum8
-from .fa_tiles import MAD, MAD_HALF, SCALE, f16_dot_lanes, f16_round_lanes, outer_tile
+from .fa_tiles import MAD, MAD_HALVES, SCALE, SCALE_HALVES, f16_dot_lanes, f16_round_lanes, outer_tile
 from .ir import f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
 from .ops import EXP_LANES, row_max, v_expf
 
@@ -46,6 +46,16 @@ def store_kv(src, cache, cells):
             _store_row(src[t], cache, cells[t])
 
 
+@njit(cache=True, boundscheck=False)
+def store_kv_rows(k, v, kblock, vblock, layer, seqs, cells):
+    """A batched decode step's keys and values (B, n): row t rounded to f16 into cell cells[t]
+    of sequence seqs[t]'s cache of `layer` (kblock, vblock: (n_seq, n_layers, n_cells, n)),
+    on this thread (a few rows: no region, no views a row)."""
+    for t in range(k.shape[0]):
+        _store_row(k[t], kblock[seqs[t], layer], cells[t])
+        _store_row(v[t], vblock[seqs[t], layer], cells[t])
+
+
 @njit(cache=True, inline="always")
 def sees(kp, p, n_swa, causal):
     """Whether a query at position p attends to a cell holding position kp (-1: empty), as
@@ -66,7 +76,8 @@ def cells_used(kpos):
 _f16_dot = f16_dot_lanes(F16_LANES)
 _f16_mad = f16_round_lanes(F16_LANES, MAD)
 _f16_scale = f16_round_lanes(F16_LANES, SCALE)
-_f16_mad_half = f16_round_lanes(F16_LANES, MAD_HALF)
+_f16_mad_halves = f16_round_lanes(2 * F16_LANES, MAD_HALVES)
+_f16_scale_halves = f16_round_lanes(2 * F16_LANES, SCALE_HALVES)
 
 
 @njit(cache=True, boundscheck=False, inline="always")
@@ -142,40 +153,69 @@ def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, he
                    softcap, n_swa, causal, acc, lanes):
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query at position p over
     cells j0..j1-1 (masked cells skipped): acc (head_dim_v,) gets the f16 accumulator's
-    values (unnormalised); returns (M, S)."""
-    acc[:] = 0.0
-    M = np.float32(-np.inf)
-    S = np.float32(0.0)
-    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0   # native half lanes
-    n_lanes = (head_dim_v - n_half) // F16_LANES          # then f32 lanes, a vector at a time
+    values (unnormalised); returns (M, S). _one_chunk_heads of one head."""
+    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
+    acc_h = np.empty((1, max(n_half, 1)), np.uint16)
+    scores = np.empty(1, np.float32)
+    M = np.empty(1, np.float32)
+    S = np.empty(1, np.float32)
+    _one_chunk_heads(qv.reshape((1, head_dim)), p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim,
+                     head_dim_v, scale, softcap, n_swa, causal, acc_h, acc.reshape((1, head_dim_v)), scores,
+                     M, S, lanes)
+    for d in range(n_half):
+        acc[d] = f16_to_f32(acc_h[0, d])
+    return M[0], S[0]
+
+
+@njit(cache=True, boundscheck=False)
+def _one_chunk_heads(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, head_dim_v, scale,
+                     softcap, n_swa, causal, acc_h, acc, scores, M, S, lanes):
+    """_one_chunk_row for G query heads that share a KV head (qv (G, head_dim), f16-rounded),
+    cell by cell: each cell's key and value rows read once for all G, each head's arithmetic
+    in _one_chunk_row's order, so each head's bits are its own. The accumulator's half lanes
+    stay halves (acc_h (G, n_half) u16: the same values, no conversion a cell), the rest f32
+    (acc (G, head_dim_v), its first n_half unused). scores (G,), lanes (F16_LANES,) scratch;
+    M, S (G,) f32 out."""
+    G = qv.shape[0]
+    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
+    n_lanes = (head_dim_v - n_half) // F16_LANES
     n_lanes_end = n_half + n_lanes * F16_LANES
-    acc_p = np.int64(acc.ctypes.data)
+    for g in range(G):
+        M[g] = -np.inf
+        S[g] = 0.0
+        for d in range(n_half):
+            acc_h[g, d] = 0
+        for d in range(n_half, head_dim_v):
+            acc[g, d] = 0.0
     for j in range(j0, j1):
         if not sees(kpos[j], p, n_swa, causal):
             continue
-        vrow = vcache[j, voff:voff + head_dim_v]     # (head_dim_v,) f16 bits
-        s = _kq(qv, kcache, j, koff, head_dim, lanes) * np.float32(scale)
-        if softcap != 0.0:
-            s = np.float32(softcap) * np.float32(math.tanh(s))
-        ms = np.float32(1.0)
-        vs = np.float32(1.0)
-        if s > M:
-            ms = np.float32(math.exp(M - s))
-            M = s
-            # the half lanes' factor rounded to half (the product of two halves is exact in f32)
-            _f16_scale(acc_p, np.int64(f32_bits(round_f16(ms))), np.int64(0), n_half // F16_LANES)
-            _f16_scale(acc_p + 4 * n_half, np.int64(f32_bits(ms)), np.int64(0), n_lanes)
-            for d in range(n_lanes_end, head_dim_v):
-                acc[d] = round_f16(acc[d] * ms)
-        else:
-            vs = np.float32(math.exp(s - M))
+        for g in range(G):
+            s = _kq(qv[g], kcache, j, koff, head_dim, lanes) * np.float32(scale)
+            if softcap != 0.0:
+                s = np.float32(softcap) * np.float32(math.tanh(s))
+            scores[g] = s
         v_p = np.int64(vcache.ctypes.data) + j * vcache.strides[0] + 2 * voff
-        _f16_mad_half(acc_p, np.int64(f32_to_f16(vs)), v_p, n_half // F16_LANES)
-        _f16_mad(acc_p + 4 * n_half, np.int64(f32_bits(vs)), v_p + 2 * n_half, n_lanes)
-        for d in range(n_lanes_end, head_dim_v):
-            acc[d] = round_f16(fma_f32(f16_to_f32(vrow[d]), vs, acc[d]))
-        S = fma_f32(S, ms, vs)
-    return M, S
+        for g in range(G):
+            s = scores[g]
+            acc_p = np.int64(acc.ctypes.data) + g * acc.strides[0]
+            acc_hp = np.int64(acc_h.ctypes.data) + g * acc_h.strides[0]
+            ms = np.float32(1.0)
+            vs = np.float32(1.0)
+            if s > M[g]:
+                ms = np.float32(math.exp(M[g] - s))
+                M[g] = s
+                _f16_scale_halves(acc_hp, np.int64(f32_to_f16(ms)), np.int64(0), n_half // (2 * F16_LANES))
+                _f16_scale(acc_p + 4 * n_half, np.int64(f32_bits(ms)), np.int64(0), n_lanes)
+                for d in range(n_lanes_end, head_dim_v):
+                    acc[g, d] = round_f16(acc[g, d] * ms)
+            else:
+                vs = np.float32(math.exp(s - M[g]))
+            _f16_mad_halves(acc_hp, np.int64(f32_to_f16(vs)), v_p, n_half // (2 * F16_LANES))
+            _f16_mad(acc_p + 4 * n_half, np.int64(f32_bits(vs)), v_p + 2 * n_half, n_lanes)
+            for d in range(n_lanes_end, head_dim_v):
+                acc[g, d] = round_f16(fma_f32(f16_to_f32(vcache[j, voff + d]), vs, acc[g, d]))
+            S[g] = fma_f32(S[g], ms, vs)
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
@@ -269,7 +309,9 @@ def attention_rows(q, qpos, kblock, vblock, layer, kpos, seqs, n_used, n_head, n
     """A batched decode step's attention in one parallel region: row t, one query q[t] at
     position qpos[t] of sequence seqs[t], over that sequence's cache of `layer`, causal, as
     `attention` computes it alone (split-KV where its padded cells reach FA_SPLIT_KV, else the
-    one chunk), the jobs of every row and head in one prange (not a region a row).
+    one chunk), the jobs of every row in one prange (not a region a row). A job is a row's
+    query heads that share a KV head (_one_chunk_heads: one pass over its keys and values),
+    cut in halves while there are fewer jobs than threads.
 
     kblock, vblock: (n_seq, n_layers, n_cells, n_head_kv * head_dim(_v)) u16, the stacked caches
     of every sequence; kpos (n_seq, n_cells); n_used (>= B,) int64, scratch for each row's
@@ -278,25 +320,51 @@ def attention_rows(q, qpos, kblock, vblock, layer, kpos, seqs, n_used, n_head, n
     for t in range(B):
         n_used[t] = cells_used(kpos[seqs[t]])
     group = n_head // n_head_kv
+    heads = group          # query heads a job
+    while heads % 2 == 0 and B * (n_head // heads) < n_threads:
+        heads //= 2
     if softcap != 0.0:
         scale = scale / softcap
-    for job in prange(B * n_head):
-        _row_job(job // n_head, job % n_head, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group,
-                 head_dim, head_dim_v, scale, softcap, n_swa, out, n_threads)
+    per_row = n_head // heads
+    for job in prange(B * per_row):
+        _rows_job(job // per_row, (job % per_row) * heads, heads, q, qpos, kblock, vblock, layer, kpos,
+                  seqs, n_used, group, head_dim, head_dim_v, scale, softcap, n_swa, out, n_threads)
 
 
 @njit(cache=True, boundscheck=False)
-def _row_job(t, h, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group, head_dim, head_dim_v,
-             scale, softcap, n_swa, out, n_threads):
-    """attention_rows' row t, head h (a function of its own: see _one_chunk_job)."""
+def _rows_job(t, h0, heads, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group, head_dim,
+              head_dim_v, scale, softcap, n_swa, out, n_threads):
+    """attention_rows' row t, query heads h0..h0+heads-1 (of one KV head; a function of its
+    own: see _one_chunk_job)."""
     kc, vc, kp = kblock[seqs[t], layer], vblock[seqs[t], layer], kpos[seqs[t]]
     nek1 = n_kv_cells(kc.shape[0], n_used[t])
     if nek1 >= FA_SPLIT_KV:
-        _split_kv_head(h, q[t:t + 1], qpos[t], kc, vc, kp, n_used[t], group, head_dim, head_dim_v, scale,
-                       softcap, n_swa, True, n_threads, (nek1 + n_threads - 1) // n_threads, out[t:t + 1])
-    else:
-        _one_chunk_job(t, h, q, qpos, kc, vc, kp, n_used[t], group, head_dim, head_dim_v, scale, softcap,
-                       n_swa, True, out)
+        for h in range(h0, h0 + heads):
+            _split_kv_head(h, q[t:t + 1], qpos[t], kc, vc, kp, n_used[t], group, head_dim, head_dim_v,
+                           scale, softcap, n_swa, True, n_threads, (nek1 + n_threads - 1) // n_threads,
+                           out[t:t + 1])
+        return
+    qv = np.empty((heads, head_dim), np.float32)
+    for g in range(heads):
+        for d in range(head_dim):
+            qv[g, d] = round_f16(q[t, (h0 + g) * head_dim + d])
+    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
+    acc_h = np.empty((heads, max(n_half, 1)), np.uint16)
+    acc = np.empty((heads, head_dim_v), np.float32)
+    scores = np.empty(heads, np.float32)
+    M = np.empty(heads, np.float32)
+    S = np.empty(heads, np.float32)
+    lanes = np.empty(F16_LANES, np.float32)
+    kv = h0 // group
+    _one_chunk_heads(qv, qpos[t], kc, vc, kp, kv * head_dim, kv * head_dim_v, np.int64(0), n_used[t],
+                     head_dim, head_dim_v, scale, softcap, n_swa, True, acc_h, acc, scores, M, S, lanes)
+    for g in range(heads):
+        inv = np.float32(0.0) if S[g] == 0.0 else np.float32(1.0) / S[g]
+        o = (h0 + g) * head_dim_v
+        for d in range(n_half):
+            out[t, o + d] = f16_to_f32(acc_h[g, d]) * inv
+        for d in range(n_half, head_dim_v):
+            out[t, o + d] = acc[g, d] * inv
 
 
 FA_TILE_KV = 64   # GGML_FA_TILE_KV: keys per tile, tiles start at multiples of it

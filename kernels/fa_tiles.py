@@ -102,6 +102,8 @@ def f16_dot_lanes(lanes):
 
 
 MAD, SCALE, MAD_HALF = "mad", "scale", "mad_half"
+# the half lanes' accumulator held as halves (2 bytes an element, no conversion a step)
+MAD_HALVES, SCALE_HALVES = "mad_halves", "scale_halves"
 
 
 def f16_round_lanes(lanes, mode):
@@ -114,6 +116,9 @@ def f16_round_lanes(lanes, mode):
       SCALE     acc = f16(acc * factor) in f32 (v unused): ggml_vec_scale_f16's
       MAD_HALF  acc = fma(v, factor, acc) in half lanes, one rounding (factor_bits: the half's
                 bits): AVX512-FP16's vfmadd*ph, exact where numba compiles for that CPU
+      MAD_HALVES, SCALE_HALVES  MAD_HALF, and SCALE with a half factor, over an accumulator of
+                halves at acc (2 bytes an element): the same bits (a product of two halves is
+                exact in f32, so SCALE's one rounding to half is the half product's)
     f16(.) rounds to half and back, as the cache's f16 accumulator holds it."""
     key = ("f16_round", lanes, mode)
     if key in _tiles:
@@ -124,10 +129,21 @@ def f16_round_lanes(lanes, mode):
     def emit(b, args):
         g = Gen(b)
         acc_p, v_p = b.inttoptr(args[0], I8.as_pointer()), b.inttoptr(args[2], I8.as_pointer())
-        if mode == MAD_HALF:
+        halves = mode in (MAD_HALVES, SCALE_HALVES)
+        if mode in (MAD_HALF, MAD_HALVES, SCALE_HALVES):
             factor = g.splat(b.bitcast(b.trunc(args[1], I16), HALF), lanes)
         else:
             factor = g.splat(b.bitcast(b.trunc(args[1], I32), F32T), lanes)
+
+        def step_halves(i, carry):
+            off = b.mul(i, g.c(I64, 2 * lanes))
+            acc = b.bitcast(g.load(acc_p, off, VI), VH)
+            if mode == SCALE_HALVES:
+                new = b.fmul(acc, factor)
+            else:
+                new = g.intr(f"llvm.fma.v{lanes}f16", VH, [b.bitcast(g.load(v_p, off, VI), VH), factor, acc])
+            b.store(new, b.bitcast(g.at(acc_p, off), VH.as_pointer())).align = 1
+            return carry
 
         def step(i, carry):
             off = b.mul(i, g.c(I64, lanes))
@@ -144,7 +160,7 @@ def f16_round_lanes(lanes, mode):
             b.store(b.fpext(new if mode == MAD_HALF else b.fptrunc(new, VH), VF), ptr).align = 1
             return carry
 
-        _loop(g, g.c(I64, 0), args[3], [g.c(I64, 0)], step)
+        _loop(g, g.c(I64, 0), args[3], [g.c(I64, 0)], step_halves if halves else step)
 
     @intrinsic
     def op(typingctx, acc, factor_bits, v, n_steps):

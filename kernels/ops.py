@@ -295,8 +295,7 @@ def geglu(gate, up, table, out):
     gelu_table(), contiguous."""
     T = gate.shape[0]
     if T < PAR_ROWS:
-        for t in range(T):
-            _geglu_row(gate[t], up[t], table, out[t])
+        _geglu_rows(gate, up, table, out, 0, T)      # a decode step's rows: the lanes, one thread
     else:
         for t0 in prange((T + PAR_ROWS - 1) // PAR_ROWS):
             _geglu_rows(gate, up, table, out, t0 * PAR_ROWS, min(PAR_ROWS, T - t0 * PAR_ROWS))

@@ -10,11 +10,11 @@ trace, and every row's logits are kept.
 import numpy as np
 from numba import njit
 
-from dasllama.kernels.attention import attention_rows, store_kv
+from dasllama.kernels.attention import attention_rows, store_kv_rows
 from dasllama.kernels.ops import rms_norm
 
-from .forward import (_add_residual, _attn_out, _embed, _ffn, _fvec, _layer_cache, _output, _qkv,
-                      _rope_tables, _scale, _scratch_views, _view, per_formats, place_batch)
+from .forward import (_add_residual, _attn_out, _embed, _ffn, _fvec, _output, _qkv, _rope_tables, _scale,
+                      _scratch_views, _view, per_formats, place_batch)
 from .kvcache import KV
 
 
@@ -25,16 +25,16 @@ def _row(block, i):
 
 
 @njit(cache=True)
-def _layer_block(block, il, layer_swa):
+def _layer_block(block, il, layer_swa, cells, cells_swa):
     """Layer il's stacked caches of every sequence, as _layer_cache picks one sequence's: (keys,
     values (n_seq, n_layers, n_cells, width), the layer's index in them, cell positions (n_seq,
-    n_cells))."""
+    n_cells), the batch's cells in them (B,))."""
     ig = 0
     for j in range(il):
         ig += 0 if (layer_swa[j] and block.k_swa.shape[1] > 0) else 1
     if layer_swa[il] and block.k_swa.shape[1] > 0:
-        return block.k_swa, block.v_swa, il - ig, block.pos_swa
-    return block.k, block.v, ig, block.pos
+        return block.k_swa, block.v_swa, il - ig, block.pos_swa, cells_swa
+    return block.k, block.v, ig, block.pos, cells
 
 
 @per_formats()   # compiled per set of formats, as forward (step.py)
@@ -62,12 +62,8 @@ def forward_batch(tokens, positions, slots, net, block, scratch, acts, logits, n
         if sh.q_scale != 1.0:
             _scale(q, np.float32(sh.q_scale))
         n_swa = sh.n_swa if net.layer_swa[il] else 0
-        for t in range(B):
-            kc, vc, kpos, cl = _layer_cache(_row(block, slots[t]), il, net.layer_swa, cells[t:t + 1],
-                                            cells_swa[t:t + 1])
-            store_kv(k[t:t + 1], kc, cl)
-            store_kv(v[t:t + 1], vc, cl)
-        kb, vb, layer, kposb = _layer_block(block, il, net.layer_swa)
+        kb, vb, layer, kposb, cl = _layer_block(block, il, net.layer_swa, cells, cells_swa)
+        store_kv_rows(k, v, kb, vb, layer, slots, cl)
         attention_rows(q, positions, kb, vb, layer, kposb, slots, n_used, sh.n_head, sh.n_head_kv,
                        sh.head_dim, sh.head_dim_v, sh.kq_scale, sh.attn_softcap, n_swa, att, n_threads)
         _attn_out(il, net, att, acts, ao)

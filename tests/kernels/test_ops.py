@@ -119,8 +119,9 @@ def test_gelu_table_and_geglu():
 
 
 def test_geglu_lanes_equal_the_scalar_rows():
-    """From PAR_ROWS rows geglu runs 16 lanes a step (a gather from the table) and each row's
-    tail alone: bit for bit the scalar row's, at the +-10 edges, beyond them, NaN and inf."""
+    """geglu runs 16 lanes a step (a gather from the table; from PAR_ROWS rows on the thread
+    pool) and each row's tail alone: bit for bit the scalar row's, at the +-10 edges, beyond
+    them, NaN and inf, in a decode step's few rows as in a batch's many."""
     T, n = ops.PAR_ROWS + 3, 300     # 18 vectors and a tail of 12 a row
     gate = rng.standard_normal((T, n)).astype(np.float32) * 6
     gate[0, :8] = (-10.0, 10.0, -11.0, 11.0, np.nan, np.inf, -np.inf, -0.0)
@@ -129,10 +130,13 @@ def test_geglu_lanes_equal_the_scalar_rows():
     tab = ops.gelu_table()
     rows = np.empty_like(gate)
     for t in range(T):
-        ops.geglu(gate[t:t + 1], up[t:t + 1], tab, rows[t:t + 1])
+        ops._geglu_row(gate[t], up[t], tab, rows[t])
     batch = np.empty_like(gate)
     ops.geglu(gate, up, tab, batch)
     np.testing.assert_array_equal(batch.view(np.uint32), rows.view(np.uint32))
+    few = np.empty_like(gate[:4])
+    ops.geglu(gate[:4], up[:4], tab, few)
+    np.testing.assert_array_equal(few.view(np.uint32), rows[:4].view(np.uint32))
 
 
 def test_swiglu():
@@ -225,6 +229,36 @@ def test_tiled_attention_rows_do_not_depend_on_their_block(n_swa):
     np.testing.assert_array_equal(part.view(np.uint32), whole[skip:].view(np.uint32))
 
 
+@pytest.mark.parametrize("hd, softcap, n_swa, n_threads", [
+    (256, 0.0, 0, 2),       # gemma3's heads: the accumulator all half lanes (AVX512-FP16)
+    (160, 50.0, 0, 1),      # half lanes, then f32 lanes; softcap
+    (72, 0.0, 20, 16),      # f32 lanes and a tail; a window; more threads than jobs (heads split)
+])
+def test_batched_rows_attention_is_each_row_alone(hd, softcap, n_swa, n_threads):
+    # attention_rows runs a row's query heads of one KV head together (one pass over its
+    # keys and values): each row's bits are those of `attention` over its own cache alone
+    n_head, n_head_kv, n_cells, lengths = 8, 2, 64, (37, 9, 60)
+    B = len(lengths)
+    kb = np.zeros((B, 1, n_cells, n_head_kv * hd), np.uint16)
+    vb = np.zeros_like(kb)
+    kpos = np.full((B, n_cells), -1, np.int64)
+    for b, n in enumerate(lengths):
+        attn.store_kv(rng.standard_normal((n, n_head_kv * hd)).astype(np.float32), kb[b, 0], np.arange(n))
+        attn.store_kv(rng.standard_normal((n, n_head_kv * hd)).astype(np.float32), vb[b, 0], np.arange(n))
+        kpos[b, :n] = np.arange(n)
+    q = (rng.standard_normal((B, n_head * hd)) * 3).astype(np.float32)
+    qpos = np.array(lengths) - 1
+    seqs = np.array([2, 0, 1])           # row t attends over sequence seqs[t]
+    got = np.empty((B, n_head * hd), np.float32)
+    attn.attention_rows(q, qpos[seqs], kb, vb, 0, kpos, seqs, np.empty(B, np.int64), n_head, n_head_kv, hd,
+                        hd, 0.1, softcap, n_swa, got, n_threads)
+    for t, s in enumerate(seqs):
+        alone = np.empty((1, n_head * hd), np.float32)
+        attn.attention(q[t:t + 1], qpos[s:s + 1], kb[s, 0], vb[s, 0], kpos[s], n_head, n_head_kv, hd, hd,
+                       0.1, softcap, n_swa, True, alone, n_threads)
+        np.testing.assert_array_equal(got[t].view(np.uint32), alone[0].view(np.uint32))
+
+
 @pytest.mark.skipif(not attn.F16_HALF_STEP, reason="the half-precision V accumulator is ggml's on AVX512-FP16 CPUs only")
 def test_fma_f16_rounds_once_as_avx512_fp16_does():
     from numba import njit
@@ -246,19 +280,21 @@ def test_fma_f16_rounds_once_as_avx512_fp16_does():
     np.testing.assert_array_equal(out, want.view(np.uint16))
 
 
-@pytest.mark.parametrize("mode", [fa_tiles.MAD, fa_tiles.SCALE, fa_tiles.MAD_HALF])
+@pytest.mark.parametrize("mode", [fa_tiles.MAD, fa_tiles.SCALE, fa_tiles.MAD_HALF, fa_tiles.MAD_HALVES,
+                                  fa_tiles.SCALE_HALVES])
 def test_the_f16_accumulator_lanes_round_as_the_scalar_loops(mode):
     # the one-chunk attention's value accumulator in vector lanes: each element as ggml's loop
     # computes it (f32 fma or product rounded to half; the half fma rounded once), here in
-    # float64, exact before its one rounding to f32 or half
-    if mode == fa_tiles.MAD_HALF and not attn.F16_HALF_STEP:
+    # float64, exact before its one rounding to f32 or half; the _HALVES modes hold it as halves
+    halves = mode in (fa_tiles.MAD_HALVES, fa_tiles.SCALE_HALVES)
+    if (mode == fa_tiles.MAD_HALF or halves) and not attn.F16_HALF_STEP:
         pytest.skip("half lanes run where the CPU has AVX512-FP16")
     lanes, n = attn.F16_LANES, 4 * attn.F16_LANES
     acc = rng.standard_normal(n).astype(np.float16).astype(np.float32)
     v = (rng.standard_normal(n) * 3).astype(np.float16)
     factor = np.float32(0.7317)
-    got = acc.copy()
-    if mode == fa_tiles.MAD_HALF:
+    got = acc.astype(np.float16).view(np.uint16) if halves else acc.copy()
+    if mode in (fa_tiles.MAD_HALF, fa_tiles.MAD_HALVES, fa_tiles.SCALE_HALVES):
         factor = np.float32(np.float16(factor))
         bits = int(np.float16(factor).view(np.uint16))
     else:
@@ -266,13 +302,15 @@ def test_the_f16_accumulator_lanes_round_as_the_scalar_loops(mode):
     op = fa_tiles.f16_round_lanes(lanes, mode)
     njit(lambda a, b, c, d: op(a, b, c, d))(got.ctypes.data, bits, v.ctypes.data, n // lanes)
     a64, v64, f64 = acc.astype(np.float64), v.astype(np.float64), np.float64(factor)
-    if mode == fa_tiles.SCALE:
+    if mode in (fa_tiles.SCALE, fa_tiles.SCALE_HALVES):
         want = (a64 * f64).astype(np.float32).astype(np.float16)
     elif mode == fa_tiles.MAD:
         want = (v64 * f64 + a64).astype(np.float32).astype(np.float16)
     else:
         want = (v64 * f64 + a64).astype(np.float16)
-    np.testing.assert_array_equal(got, want.astype(np.float32))
+    if halves:
+        got = got.view(np.float16)
+    np.testing.assert_array_equal(got, want.astype(got.dtype))
 
 
 @pytest.mark.parametrize("pos0, n_swa", [(0, 0), (200, 40)])
