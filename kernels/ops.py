@@ -61,13 +61,13 @@ def _rms_norm_row(x, w, eps, out):
 
 
 @njit(cache=True, boundscheck=False)
-def _rms_norm_rows4(x, w, eps, out, t):
-    """_rms_norm_row of rows t..t+3, their four f64 sums side by side: each is the same serial
-    chain (ggml's order), but one chain alone waits on the add's latency every element (512 x
-    640 sums: 0.17 ms on one thread, four at a time 0.12)."""
-    n = x.shape[1]
+def _rms_norm_rows4(x, w, eps, out, t, base, n):
+    """_rms_norm_row of columns base..base+n of rows t..t+3 (a row, or a head of it: w has n
+    weights), their four f64 sums side by side: each is the same serial chain (ggml's order),
+    but one chain alone waits on the add's latency every element (512 x 640 sums: 0.17 ms on
+    one thread, four at a time 0.12). out may be x."""
     s0 = s1 = s2 = s3 = 0.0
-    for i in range(n):
+    for i in range(base, base + n):
         s0 += np.float64(x[t, i] * x[t, i])
         s1 += np.float64(x[t + 1, i] * x[t + 1, i])
         s2 += np.float64(x[t + 2, i] * x[t + 2, i])
@@ -76,7 +76,7 @@ def _rms_norm_rows4(x, w, eps, out, t):
         mean = np.float32(s / n)
         scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
         for i in range(n):
-            out[t + r, i] = (x[t + r, i] * scale) * w[i]
+            out[t + r, base + i] = (x[t + r, base + i] * scale) * w[i]
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
@@ -90,7 +90,7 @@ def rms_norm(x, w, eps, out):
     else:
         for g in prange((T + 3) // 4):
             if 4 * g + 4 <= T:
-                _rms_norm_rows4(x, w, eps, out, 4 * g)
+                _rms_norm_rows4(x, w, eps, out, 4 * g, 0, x.shape[1])
             else:
                 for t in range(4 * g, T):
                     _rms_norm_row(x[t], w, eps, out[t])
@@ -110,25 +110,6 @@ def _rms_norm_heads_row(x, w, eps, n_heads, head_dim):
             x[base + i] = (x[base + i] * scale) * w[i]
 
 
-@njit(cache=True, boundscheck=False)
-def _rms_norm_heads_rows4(x, w, eps, n_heads, head_dim, t):
-    """_rms_norm_heads_row of rows t..t+3, each head's four sums side by side (as
-    _rms_norm_rows4)."""
-    for h in range(n_heads):
-        base = h * head_dim
-        s0 = s1 = s2 = s3 = 0.0
-        for i in range(base, base + head_dim):
-            s0 += np.float64(x[t, i] * x[t, i])
-            s1 += np.float64(x[t + 1, i] * x[t + 1, i])
-            s2 += np.float64(x[t + 2, i] * x[t + 2, i])
-            s3 += np.float64(x[t + 3, i] * x[t + 3, i])
-        for r, s in ((0, s0), (1, s1), (2, s2), (3, s3)):
-            mean = np.float32(s / head_dim)
-            scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
-            for i in range(head_dim):
-                x[t + r, base + i] = (x[t + r, base + i] * scale) * w[i]
-
-
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm_heads(x, w, eps, n_heads, head_dim):
     """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm);
@@ -140,7 +121,8 @@ def rms_norm_heads(x, w, eps, n_heads, head_dim):
     else:
         for g in prange((T + 3) // 4):
             if 4 * g + 4 <= T:
-                _rms_norm_heads_rows4(x, w, eps, n_heads, head_dim, 4 * g)
+                for h in range(n_heads):
+                    _rms_norm_rows4(x, w, eps, x, 4 * g, h * head_dim, head_dim)
             else:
                 for t in range(4 * g, T):
                     _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
