@@ -101,7 +101,7 @@ def f16_dot_lanes(lanes):
     return dot
 
 
-MAD, SCALE, MAD_HALF = "mad", "scale", "mad_half"
+MAD, SCALE = "mad", "scale"
 # the half lanes' accumulator held as halves (2 bytes an element, no conversion a step)
 MAD_HALVES, SCALE_HALVES = "mad_halves", "scale_halves"
 
@@ -114,11 +114,11 @@ def f16_round_lanes(lanes, mode):
       MAD       acc = f16(fma(v, factor, acc)) in f32, v the f16 values at v, factor_bits the
                 float32 factor's bits (f32_bits): ggml_vec_mad_f16's f32 lanes
       SCALE     acc = f16(acc * factor) in f32 (v unused): ggml_vec_scale_f16's
-      MAD_HALF  acc = fma(v, factor, acc) in half lanes, one rounding (factor_bits: the half's
-                bits): AVX512-FP16's vfmadd*ph, exact where numba compiles for that CPU
-      MAD_HALVES, SCALE_HALVES  MAD_HALF, and SCALE with a half factor, over an accumulator of
-                halves at acc (2 bytes an element): the same bits (a product of two halves is
-                exact in f32, so SCALE's one rounding to half is the half product's)
+      MAD_HALVES  acc = fma(v, factor, acc) in half lanes over an accumulator of halves at acc
+                (2 bytes an element), one rounding (factor_bits: the half's bits): AVX512-FP16's
+                vfmadd*ph, exact where numba compiles for that CPU
+      SCALE_HALVES  SCALE with a half factor over the halves: the same bits (a product of two
+                halves is exact in f32, so SCALE's one rounding to half is the half product's)
     f16(.) rounds to half and back, as the cache's f16 accumulator holds it."""
     key = ("f16_round", lanes, mode)
     if key in _tiles:
@@ -130,7 +130,7 @@ def f16_round_lanes(lanes, mode):
         g = Gen(b)
         acc_p, v_p = b.inttoptr(args[0], I8.as_pointer()), b.inttoptr(args[2], I8.as_pointer())
         halves = mode in (MAD_HALVES, SCALE_HALVES)
-        if mode in (MAD_HALF, MAD_HALVES, SCALE_HALVES):
+        if halves:
             factor = g.splat(b.bitcast(b.trunc(args[1], I16), HALF), lanes)
         else:
             factor = g.splat(b.bitcast(b.trunc(args[1], I32), F32T), lanes)
@@ -152,12 +152,9 @@ def f16_round_lanes(lanes, mode):
                 new = b.fmul(acc, factor)
             else:
                 v = b.bitcast(g.load(v_p, b.mul(off, g.c(I64, 2)), VI), VH)
-                if mode == MAD:
-                    new = g.fma(b.fpext(v, VF), factor, acc)
-                else:
-                    new = g.intr(f"llvm.fma.v{lanes}f16", VH, [v, factor, b.fptrunc(acc, VH)])
+                new = g.fma(b.fpext(v, VF), factor, acc)
             ptr = b.bitcast(g.at(acc_p, b.mul(off, g.c(I64, 4))), VF.as_pointer())
-            b.store(b.fpext(new if mode == MAD_HALF else b.fptrunc(new, VH), VF), ptr).align = 1
+            b.store(b.fpext(b.fptrunc(new, VH), VF), ptr).align = 1
             return carry
 
         _loop(g, g.c(I64, 0), args[3], [g.c(I64, 0)], step_halves if halves else step)

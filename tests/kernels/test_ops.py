@@ -280,21 +280,21 @@ def test_fma_f16_rounds_once_as_avx512_fp16_does():
     np.testing.assert_array_equal(out, want.view(np.uint16))
 
 
-@pytest.mark.parametrize("mode", [fa_tiles.MAD, fa_tiles.SCALE, fa_tiles.MAD_HALF, fa_tiles.MAD_HALVES,
+@pytest.mark.parametrize("mode", [fa_tiles.MAD, fa_tiles.SCALE, fa_tiles.MAD_HALVES,
                                   fa_tiles.SCALE_HALVES])
 def test_the_f16_accumulator_lanes_round_as_the_scalar_loops(mode):
     # the one-chunk attention's value accumulator in vector lanes: each element as ggml's loop
     # computes it (f32 fma or product rounded to half; the half fma rounded once), here in
     # float64, exact before its one rounding to f32 or half; the _HALVES modes hold it as halves
     halves = mode in (fa_tiles.MAD_HALVES, fa_tiles.SCALE_HALVES)
-    if (mode == fa_tiles.MAD_HALF or halves) and not attn.F16_HALF_STEP:
+    if halves and not attn.F16_HALF_STEP:
         pytest.skip("half lanes run where the CPU has AVX512-FP16")
     lanes, n = attn.F16_LANES, 4 * attn.F16_LANES
     acc = rng.standard_normal(n).astype(np.float16).astype(np.float32)
     v = (rng.standard_normal(n) * 3).astype(np.float16)
     factor = np.float32(0.7317)
     got = acc.astype(np.float16).view(np.uint16) if halves else acc.copy()
-    if mode in (fa_tiles.MAD_HALF, fa_tiles.MAD_HALVES, fa_tiles.SCALE_HALVES):
+    if mode in (fa_tiles.MAD_HALVES, fa_tiles.SCALE_HALVES):
         factor = np.float32(np.float16(factor))
         bits = int(np.float16(factor).view(np.uint16))
     else:
