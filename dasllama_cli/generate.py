@@ -9,7 +9,7 @@ from dasllama.core import Constraint, SamplerParams, generate, load, prompt_ids
 from dasllama.core.llm.conversation import Conversation
 
 from .errors import user_errors
-from .options import THREADS, FiniteFloat, check_encoding, complete_model_names, decode, model_name
+from .options import THREADS, FiniteFloat, check_encoding, complete_model_names, decode, model_name, std_stream
 
 
 def read_prompt(prompt_arg, prompt_opt, file, encoding, chat=False):
@@ -24,7 +24,7 @@ def read_prompt(prompt_arg, prompt_opt, file, encoding, chat=False):
         given.append(decode(file.read(), encoding, f"-f {file.name}"))
     if len(given) > 1:
         raise click.UsageError("give the prompt once: as an argument, with -p, or with -f.")
-    stdin = click.get_binary_stream("stdin")
+    stdin = std_stream("rb")
     if file is not None or stdin.isatty():
         if given:
             return given[0]
@@ -170,7 +170,7 @@ def generate_cmd(prompt_arg, model_path, prompt_opt, file, encoding, n_predict, 
 def stream(tokens, model, prompt_of, params, as_json, quiet):
     """Write one generation to stdout as it comes (or as one --json record at its end), and
     the timing line to stderr; prompt_of() gives the prompt's ids once the tokens are out."""
-    out = click.get_text_stream("stdout")
+    out = std_stream("w")
     pieces, token_ids, stop_reason = [], [], None
     for token in tokens:
         if token.id >= 0:
@@ -204,7 +204,7 @@ def chat_session(model, conversation, n_predict, params, options, as_json, quiet
     if not quiet:
         click.echo("dasllama chat: type a message; /clear starts over, /exit (or Ctrl-D) ends.",
                    err=True)
-    stdin = click.get_text_stream("stdin")
+    stdin = std_stream("r")
     while True:
         click.echo("> ", nl=False, err=True)
         line = stdin.readline()

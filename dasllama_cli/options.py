@@ -1,10 +1,17 @@
 """Option types every subcommand shares: numbers that must be finite, thread counts bounded
-by the pool numba can start, and text encodings of input files and stdin."""
+by the pool numba can start, text encodings of input files and stdin, and the standard streams."""
 import codecs
 import math
 import os
 
 import click
+
+
+def std_stream(mode):
+    """The process's stdin ("r", "rb") or stdout ("w", "wb") as click opens "-": the stream
+    click.get_binary_stream / get_text_stream gave, which click 8.5 deprecates (stdin is never
+    closed by it)."""
+    return click.open_file("-", mode)
 
 
 class FiniteFloat(click.FloatRange):

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from dasllama.core.tts import (PHONEMIZERS, PhonemizerUnavailable, SynthesisError, VoiceError,
                                load_voice, resampled, sentence_phonemes, synthesize, to_int16)
 
-from .options import THREADS, FiniteFloat, check_encoding, complete_model_names, decode, model_name
+from .options import THREADS, FiniteFloat, check_encoding, complete_model_names, decode, model_name, std_stream
 
 USER_ERRORS = (VoiceError, SynthesisError, PhonemizerUnavailable)
 PROGRESS_MIN_CHARS = 500        # a progress bar (on a terminal) for text longer than this
@@ -58,8 +58,8 @@ def utterances(text, file, encoding):
         return [" ".join(text)]
     if file is not None:
         data, where = file.read(), f"-f {file.name}"
-    elif not click.get_binary_stream("stdin").isatty():
-        data, where = click.get_binary_stream("stdin").read(), "stdin"
+    elif not std_stream("rb").isatty():
+        data, where = std_stream("rb").read(), "stdin"
     else:
         raise click.UsageError("no text: pass it as an argument, with -f FILE, or on stdin.")
     lines = [line.strip() for line in decode(data, encoding, where).splitlines()]
@@ -87,7 +87,7 @@ class WavSink:
             return
         self.wav.close()
         if self.buffer is not None:
-            out = click.get_binary_stream("stdout")
+            out = std_stream("wb")
             out.write(self.buffer.getvalue())
             out.flush()
 
@@ -96,7 +96,7 @@ class RawSink:
     """s16le PCM to stdout, flushed per sentence so a player starts on the first."""
 
     def __init__(self):
-        self.out = click.get_binary_stream("stdout")
+        self.out = std_stream("wb")
 
     def write(self, pcm):
         self.out.write(pcm)
@@ -165,7 +165,7 @@ def speak_cmd(text, model_path, file, encoding, output_file, output_raw, json_in
     items = json_utterances(lines) if json_input else [Utterance(line) for line in lines]
     to_stdout = output_raw or output_file == "-" or output_file is None
     if to_stdout and any(u.output_file is None for u in items) \
-            and click.get_binary_stream("stdout").isatty():
+            and std_stream("wb").isatty():
         raise click.UsageError("stdout is a terminal: pass -o out.wav, or pipe the audio somewhere.")
     if output_raw and output_file not in (None, "-"):
         raise click.UsageError("--output-raw writes to stdout; drop -o or --output-raw.")

@@ -11,14 +11,14 @@ from dasllama.core.asr.decode import DecodeOptions, TranscribeError, check_langu
 from dasllama.core.asr.writers import FORMATS, RENDER
 from dasllama.formats.audio import SAMPLE_RATE, AudioError, load
 
-from .options import THREADS, complete_model_names, model_name
+from .options import THREADS, complete_model_names, model_name, std_stream
 
 MIN_SECONDS = 1.0
 
 
 def read_audio(name):
     if name == "-":
-        return load(click.get_binary_stream("stdin"), name="<stdin>")
+        return load(std_stream("rb"), name="<stdin>")
     return load(name)
 
 
@@ -43,7 +43,7 @@ def transcribe_cmd(audio, model_path, fmt, output_dir, language, task, no_timest
                    quiet):
     """Transcribe AUDIO files (wav, flac, ogg, mp3; '-' for stdin) with a Whisper model."""
     if not audio:
-        if click.get_binary_stream("stdin").isatty():
+        if std_stream("rb").isatty():
             raise click.UsageError("no audio: pass one or more files, or '-' to read stdin.")
         audio = ("-",)
     try:
@@ -81,7 +81,7 @@ def transcribe_cmd(audio, model_path, fmt, output_dir, language, task, no_timest
             if not quiet:
                 click.echo(f"wrote {target}", err=True)
         else:
-            click.get_text_stream("stdout").write(text)
+            std_stream("w").write(text)
             sys.stdout.flush()
     if failed:
         raise click.exceptions.Exit(1)
