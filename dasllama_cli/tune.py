@@ -62,7 +62,7 @@ def tune_cmd(model_path, budget, threads, show, reset, force, no_warm):
     with tqdm(total=n_types + len(shapes), desc="tune", unit="step", file=sys.stderr,
               disable=not sys.stderr.isatty(), leave=False) as bar:
         def on_step(what):
-            if what.startswith("duel"):
+            if what.startswith("duel") or what.endswith("prefetch"):    # steps past the count
                 bar.total += 1
             bar.set_description(what)
             bar.update(1)
@@ -95,7 +95,8 @@ def render_report(report):
     """The winners table: per weight type and phase, the default, the winner, their times
     summed over the model's tensors (decode: one token; prefill: PREFILL_TOKENS) and the gain;
     a "<phase> layout" row says whether the copied tensors multiply through their 8- or
-    16-row copy (x8, x16) or the file's blocks, timed over those tensors."""
+    16-row copy (x8, x16) or the file's blocks, timed over those tensors; a "decode prefetch"
+    row how many bytes ahead the copy decode takes prefetches its weights."""
     rows = []
     for o in report.outcomes:
         n = len(o.shape_winners)

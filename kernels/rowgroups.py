@@ -90,7 +90,7 @@ from .rowgroup_template import (  # noqa: F401  (abs_quants, group_sums: the aux
     lane_f32,
 )
 from .simd import HAS_AVX512BW, HAS_VNNI
-from . import rowgroups_p16
+from . import rowgroups_p16, sidecar
 
 # copy name -> rows a group: "x8" one ymm lane a row, "x16" one zmm lane a row (AVX-512),
 # "p16" the file's bytes for 16 rows, folded one token at a time (Q6_K: rowgroups_p16.py)
@@ -143,6 +143,16 @@ X16_DEFAULTS = {pair: "x16" for pair, layout in LAYOUT_DEFAULTS.items() if layou
 if HAS_X16:
     LAYOUT_DEFAULTS.update(X16_DEFAULTS)
     LAYOUT_DEFAULTS.update({(q, "decode"): "p16" for q in (Q6_K, Q5_0, Q4_K)})
+
+
+# How far ahead (bytes) a copy's tiles prefetch their weight stream in decode-sized calls
+# (rowgroup_template._tile's prefetch) where neither a tune on this machine nor a shipped profile
+# chose it for the format (sidecar key "decode prefetch"; `tune` races PREFETCH_CHOICES on the
+# copies decode takes): the 16-row Q8_0 copy and Q5_0_P16 PREFETCH_BYTES (measured on a
+# Sapphire Rapids: rowgroup_template.py), the others none. A choice is the format's, for each of
+# its copies (Q5_0's 8- and 16-row copies are Q8_0's, and take Q8_0's).
+PREFETCH_DEFAULTS = {Q8_0_X16: PREFETCH_BYTES, Q5_0_P16: PREFETCH_BYTES}
+PREFETCH_CHOICES = (0, 1152, PREFETCH_BYTES, 6912)
 
 
 def layout_choices(qtype, phase):
@@ -332,12 +342,13 @@ def _finish_scalar(g, v, acc):
     return g.b.fsub(acc[0], acc[1] if len(acc) > 1 else g.c(v.f32, 0.0))
 
 
-def q4_0_x8_kernel(vnni, width=8, step=1):
+def q4_0_x8_kernel(vnni, width=8, step=1, prefetch=0):
     """The Q4_0_X8 (or, width 16, Q4_0_X16) kernel in its form for a CPU with or without
     VNNI (the layout is one)."""
     layout = LAYOUT_OF[Q4_0, f"x{width}"]
     return _kernel(layout, 32, AUX_BLOCK_SUMS8,
-                   _tile("q4_0_x8", layout, 32, 1, _block_q4_0, _finish_scalar, vnni=vnni, width=width, step=step),
+                   _tile("q4_0_x8", layout, 32, 1, _block_q4_0, _finish_scalar, vnni=vnni, width=width, step=step,
+                         prefetch=prefetch),
                    width=width)
 
 
@@ -401,13 +412,15 @@ def _block_q4_k(chunks):
     return block
 
 
-def q4_k_x8_kernel(width=8, step=1):
+def q4_k_x8_kernel(width=8, step=1, prefetch=0):
     """The Q4_K_X8 (or, width 16, Q4_K_X16) kernel: the repacked gemm's tile, the gemv's for
     the tokens past it."""
     layout = LAYOUT_OF[Q4_K, f"x{width}"]
     return _kernel(layout, 256, AUX_BSUMS32,
-                   _tile("q4_k_x8_gemm", layout, 256, 2, _block_q4_k(4), _finish_scalar, width=width, step=step),
-                   _tile("q4_k_x8_gemv", layout, 256, 2, _block_q4_k(1), _finish_scalar, width=width),
+                   _tile("q4_k_x8_gemm", layout, 256, 2, _block_q4_k(4), _finish_scalar, width=width, step=step,
+                         prefetch=prefetch),
+                   _tile("q4_k_x8_gemv", layout, 256, 2, _block_q4_k(1), _finish_scalar, width=width,
+                         prefetch=prefetch),
                    width=width)
 
 
@@ -467,12 +480,12 @@ def _block_q6_k(g, v, wb, tok, blk, acc):
     return [g.fma(res, tok.scale(blk), acc[0])]
 
 
-def q6_k_x8_kernel(width=8, step=1):
+def q6_k_x8_kernel(width=8, step=1, prefetch=0):
     """The Q6_K_X8 (or, width 16, Q6_K_X16) kernel: llama.cpp's tiled fold."""
     layout = LAYOUT_OF[Q6_K, f"x{width}"]
     return _kernel(layout, 256, AUX_BSUMS16,
                    _tile("q6_k_x8_tiled", layout, 256, 1, _block_q6_k, lambda g, v, acc: acc[0], width=width,
-                         step=step),
+                         step=step, prefetch=prefetch),
                    width=width)
 
 
@@ -485,30 +498,58 @@ def q6_k_x8_kernel(width=8, step=1):
 _STEPS = {Q8_0: 2, Q4_0: 6, Q4_K: 1, Q6_K: 6}
 
 
-def _copy(qtype, width):
+def _copy(qtype, width, prefetch):
     """(layout, repack, kernel) of the `width`-row copy of `qtype` weights, in the form for
-    this CPU."""
+    this CPU, its tiles prefetching `prefetch` bytes ahead in decode-sized calls."""
     layout, step = LAYOUT_OF[qtype, f"x{width}"], _STEPS[qtype] if width == 16 else 1
     if qtype == Q8_0:
-        return (layout, *q8_0_x8(HAS_VNNI, width, step, PREFETCH_BYTES if width == 16 else 0))
-    block_elems, fill, kernel = {Q4_0: (32, _fill_q4_0, lambda: q4_0_x8_kernel(HAS_VNNI, width, step)),
-                                 Q4_K: (256, _fill_q4_k, lambda: q4_k_x8_kernel(width, step)),
-                                 Q6_K: (256, _fill_q6_k, lambda: q6_k_x8_kernel(width, step))}[qtype]
+        return (layout, *q8_0_x8(HAS_VNNI, width, step, prefetch))
+    block_elems, fill, kernel = {Q4_0: (32, _fill_q4_0, lambda: q4_0_x8_kernel(HAS_VNNI, width, step, prefetch)),
+                                 Q4_K: (256, _fill_q4_k, lambda: q4_k_x8_kernel(width, step, prefetch)),
+                                 Q6_K: (256, _fill_q6_k, lambda: q6_k_x8_kernel(width, step, prefetch))}[qtype]
     return layout, _repacker(fill, layout, block_elems, width), kernel()
 
 
+_forms = {}     # (qtype, copy name, prefetch) -> (layout, repack, kernel)
+
+
+def copy_form(qtype, name, prefetch):
+    """(layout, repack, kernel) of the `name` copy of `qtype` weights whose tiles prefetch
+    `prefetch` bytes ahead in decode-sized calls: the model's (the prefetch in force) or a
+    contender of the tuner's race. Built once each (its kernel compiles on first call)."""
+    key = (qtype, name, prefetch)
+    if key not in _forms:
+        if name == "p16":
+            make = {Q6_K: rowgroups_p16.q6_k_p16, Q5_0: rowgroups_p16.q5_0_p16, Q4_K: rowgroups_p16.q4_k_p16}[qtype]
+            _forms[key] = make(prefetch=prefetch)
+        else:
+            _forms[key] = _copy(qtype, WIDTHS[name], prefetch)
+    return _forms[key]
+
+
+def prefetch_in_force(qtype, name, chosen=None):
+    """The bytes ahead the tiles of the (qtype, name) copy prefetch (a Q5_0 copy other than
+    p16 is Q8_0's): the format's choice (chosen: {qtype: bytes} from
+    sidecar.prefetch_in_force, read when not given) or its layout's default."""
+    if (qtype, name) not in LAYOUT_OF:
+        qtype = Q8_0
+    if chosen is None:
+        chosen = sidecar.prefetch_in_force(COPIED, PREFETCH_CHOICES)
+    return chosen.get(qtype, PREFETCH_DEFAULTS.get(LAYOUT_OF[qtype, name], 0))
+
+
+COPIED = tuple(dict.fromkeys(qtype for qtype, _ in LAYOUT_OF))     # the formats with copies of their own
 _built = {}
 
 
 def _copies():
-    """{(qtype, copy name): (layout, repack, kernel)} of the file formats with copies, built
-    on first use (importing this module builds no kernel). Q5_0 takes Q8_0's through its Q8_0
-    copy (quants.q5_0_as_q8_0)."""
+    """{(qtype, copy name): (layout, repack, kernel)} of the file formats with copies, with the
+    prefetch in force, built on first use (importing this module builds no kernel). Q5_0 takes
+    Q8_0's through its Q8_0 copy (quants.q5_0_as_q8_0)."""
     if not _built:
-        _built.update({(qtype, name): _copy(qtype, WIDTHS[name]) for qtype, name in LAYOUT_OF if name != "p16"})
-        _built[Q6_K, "p16"] = rowgroups_p16.q6_k_p16()
-        _built[Q5_0, "p16"] = rowgroups_p16.q5_0_p16()
-        _built[Q4_K, "p16"] = rowgroups_p16.q4_k_p16()
+        chosen = sidecar.prefetch_in_force(COPIED, PREFETCH_CHOICES)
+        _built.update({(qtype, name): copy_form(qtype, name, prefetch_in_force(qtype, name, chosen))
+                       for qtype, name in LAYOUT_OF})
     return _built
 
 

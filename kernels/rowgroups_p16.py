@@ -145,10 +145,17 @@ def _finish(g, v, acc):
     return b.fadd(b.fadd(s[0], s[2]), b.fadd(s[1], s[3]))
 
 
-def q6_k_p16():
-    """(layout, repack, kernel) of the Q6_K_P16 copy."""
-    tile = _tile("q6_k_p16", Q6_K_P16, 256, 8, _block, _finish, vnni=HAS_VNNI, width=WIDTH)
-    return Q6_K_P16, _repacker(_in_chunks(_fill, 210), Q6_K_P16, 256, WIDTH), _kernel(Q6_K_P16, 256, AUX_BSUMS16, tile)
+def _pf(prefetch):
+    """The kernel's tag part of a prefetch distance (its tiles' names carry it: _tile)."""
+    return f"_pf{prefetch}" if prefetch else ""
+
+
+def q6_k_p16(prefetch=0):
+    """(layout, repack, kernel) of the Q6_K_P16 copy (prefetch: _tile's, bytes ahead in
+    decode-sized calls)."""
+    tile = _tile("q6_k_p16", Q6_K_P16, 256, 8, _block, _finish, vnni=HAS_VNNI, width=WIDTH, prefetch=prefetch)
+    return (Q6_K_P16, _repacker(_in_chunks(_fill, 210), Q6_K_P16, 256, WIDTH),
+            _kernel(Q6_K_P16, 256, AUX_BSUMS16, tile, tag=_pf(prefetch)))
 
 
 # Q5_0_P16: per group of n = 16 rows and block (22n bytes):
@@ -200,7 +207,8 @@ def q5_0_p16(step=4, prefetch=PREFETCH_BYTES):
     from .rowgroups import _finish_q8_0
     tile = _tile("q5_0_p16", Q5_0_P16, 32, 8, _block_q5_0, _finish_q8_0, vnni=HAS_VNNI, width=WIDTH, step=step,
                  prefetch=prefetch)
-    return Q5_0_P16, _repacker(_in_chunks(_fill_q5_0, 22), Q5_0_P16, 32, WIDTH), _kernel(Q5_0_P16, 32, AUX_LANE_OFFSETS, tile)
+    return (Q5_0_P16, _repacker(_in_chunks(_fill_q5_0, 22), Q5_0_P16, 32, WIDTH),
+            _kernel(Q5_0_P16, 32, AUX_LANE_OFFSETS, tile, tag=_pf(prefetch)))
 
 
 # Q4_K_P16: per group of n = 16 rows and block (144n bytes):
@@ -274,11 +282,13 @@ def _fold_q4_k(g, v, wb, tok, blk, acc, chunks):
     return fold_k_chunks(g, v, ints, mins, d, dmin, acc, chunks)
 
 
-def q4_k_p16(gemm_step=GEMM_STEP):
+def q4_k_p16(gemm_step=GEMM_STEP, prefetch=0):
     """(layout, repack, kernel) of the Q4_K_P16 copy: the gemm's tile for a batch's first
-    T - T % 4 tokens (gemm_step of them a pass), the gemv's for the rest."""
+    T - T % 4 tokens (gemm_step of them a pass), the gemv's for the rest (prefetch: both
+    tiles', as _tile's)."""
     from .rowgroups import _finish_scalar
-    gemm = _tile("q4_k_p16_gemm", Q4_K_P16, 256, 2, _block_q4_k(4), _finish_scalar, width=WIDTH, step=gemm_step)
-    gemv = _tile("q4_k_p16", Q4_K_P16, 256, 2, _block_q4_k(1), _finish_scalar, width=WIDTH)
+    gemm = _tile("q4_k_p16_gemm", Q4_K_P16, 256, 2, _block_q4_k(4), _finish_scalar, width=WIDTH, step=gemm_step,
+                 prefetch=prefetch)
+    gemv = _tile("q4_k_p16", Q4_K_P16, 256, 2, _block_q4_k(1), _finish_scalar, width=WIDTH, prefetch=prefetch)
     return (Q4_K_P16, _repacker(_in_chunks(_fill_q4_k, 144), Q4_K_P16, 256, WIDTH),
-            _kernel(Q4_K_P16, 256, AUX_BSUMS32, gemm, gemv, tag=f"_s{gemm_step}"))
+            _kernel(Q4_K_P16, 256, AUX_BSUMS32, gemm, gemv, tag=f"_s{gemm_step}{_pf(prefetch)}"))

@@ -18,6 +18,9 @@ blocks as they lie in the file; a pin names it as a variant ("Q8_0:decode=file")
 profile under the key "<phase> layout". A layout this CPU is not offered (x16 without AVX-512)
 is skipped with a note, as an unknown variant is. Layouts are data the compiled forward reads:
 changing one compiles at most the step's fused decode dispatch anew (model.fused_formats).
+Likewise how far ahead a format's copies prefetch their weights in decode (resolve_prefetch:
+key "decode prefetch", bytes as text, one of rowgroups.PREFETCH_CHOICES); that one is code,
+so it names the cache folder as a variant does (selection_tag).
 Plain Python (no numba): the kernel package resolves this before it compiles anything; the
 per-shape dispatch these choices ask for is built in matmul.py.
 """
@@ -218,6 +221,9 @@ def layout_key(phase):
     return f"{phase} layout"
 
 
+PREFETCH_KEY = "decode prefetch"    # the winners-table key of a format's copies' prefetch
+
+
 def _layers(pin_text, doc, features):
     """[(source, {(type name, key): variant})] in precedence order, and the notes so far."""
     notes = []
@@ -313,6 +319,36 @@ def layouts_in_force(offered, choices_of=None):
     return {key: c.variant for key, c in choices.items()}
 
 
+def resolve_prefetch(qtypes, choices, pin_text=None, doc=None, features=None):
+    """({qtype: Choice} of the bytes ahead (as text) each of `qtypes`' copies prefetch in
+    decode, for the formats a pin, sidecar or profile chooses it for (the others keep their
+    layouts' defaults: rowgroups.PREFETCH_DEFAULTS), notes); choices: the distances offered."""
+    layers, notes = _layers(pin_text, doc, features)
+    accepted = [str(c) for c in choices]
+    chosen = {}
+    for qtype in qtypes:
+        key = (type_name(qtype), PREFETCH_KEY)
+        picked = _pick(layers, key, accepted, notes, f"{key[0]} decode prefetch",
+                       f"is not one of {', '.join(accepted)} (bytes)")
+        if picked:
+            chosen[qtype] = Choice(picked[1][key], picked[0])
+    return chosen, notes
+
+
+def prefetch_in_force(qtypes, choices):
+    """{qtype: bytes} for rowgroups' copies, as resolve_prefetch chooses; what was skipped is
+    warned about, and a broken config leaves every default (as in_force)."""
+    try:
+        chosen, notes = resolve_prefetch(qtypes, choices)
+    except Exception as e:  # as in_force: a broken config never stops the engine from starting
+        warnings.warn(f"prefetch choice fell back to the defaults: {type(e).__name__}: {e}", SidecarWarning,
+                      stacklevel=2)
+        return {}
+    for note in notes:
+        warnings.warn(note, SidecarWarning, stacklevel=2)
+    return {qtype: int(c.variant) for qtype, c in chosen.items()}
+
+
 def _parse_shape(key):
     """"prefill 2048x640" -> ("prefill", 2048, 640); a phase alone -> None."""
     phase, _, dims = key.partition(" ")
@@ -356,8 +392,11 @@ def selection_tag():
         return ""
     chosen = {}
     for _, table in layers:
-        table = {(t, k): v for (t, k), v in table.items() if not k.endswith(" layout")}  # data only
-        phases = {(t, k) for t, k in table if k in PHASES} - {(t, k.split()[0]) for t, k in chosen}
+        for key, v in table.items():    # a prefetch distance: the first layer's, as resolve_prefetch
+            if key[1] == PREFETCH_KEY:
+                chosen.setdefault(key, v)
+        table = {(t, k): v for (t, k), v in table.items() if k in PHASES or _parse_shape(k)}  # not layouts: data
+        phases = {(t, k) for t, k in table if k in PHASES} - {(t, k.split()[0]) for t, k in chosen if k != PREFETCH_KEY}
         chosen.update({(t, k): v for (t, k), v in table.items() if (t, k.split()[0]) in phases})
     if not chosen:
         return ""

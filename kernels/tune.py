@@ -22,7 +22,11 @@ Steps, each refusing rather than guessing:
    beside the file's variants on the same shapes, gated alike; per type and phase the layout
    with the least time summed over the copied tensors is kept (sidecar key "<phase> layout"),
    after a duel where that changes what is in force. The file's winner still serves the
-   tensors without a copy.
+   tensors without a copy;
+7. the prefetch: where decode takes a copy, that copy's kernel built to prefetch each of
+   rowgroups.PREFETCH_CHOICES bytes ahead races on the decode shapes, gated alike, and the
+   least summed time is kept (sidecar key "decode prefetch", the copy's format's), after a duel
+   where that changes what is in force.
 The sidecar keeps every shape's medians; tuning a second model adds its shapes and re-chooses
 the winners of the types it uses, on its own shapes.
 """
@@ -38,7 +42,7 @@ import numpy as np
 from . import matmul as M
 from . import sidecar, rowgroups
 from .race import NOISE_LIMIT, Noisy, _reps, _sample, probe_noise, race
-from .quants import BF16, F16, F32, SUPPORTED, row_bytes
+from .quants import BF16, COPY_LAYOUTS, F16, F32, SUPPORTED, row_bytes
 from .sidecar import PHASES, layout_key, sidecar_path, type_name
 
 __all__ = ["Shape", "Noisy", "model_shapes", "probe_noise", "gate", "gate_copy", "race", "duel", "tune", "sidecar_path"]
@@ -54,6 +58,7 @@ MIN_DUEL_ROUNDS, MAX_DUEL_ROUNDS = 8, 200
 FLOAT_ULPS = 16              # float gate: |got - ref| <= (n_cols / 64 + FLOAT_ULPS) * 2^-24 * sum|w x|
 GATE_ROWS, GATE_TOKENS = 37, 7  # odd: tails for every row and token tile
 COPIES = tuple(rowgroups.WIDTHS)    # the contenders that multiply the weights' 8- and 16-row copies
+AHEAD = {f"pf{p}": p for p in rowgroups.PREFETCH_CHOICES}   # the prefetch race's, by name: bytes ahead
 
 
 @dataclass
@@ -218,14 +223,16 @@ def _race_args(shape, copy=None):
     return [(c, n_rows, shape.n_cols, *bufs, shape.n_tokens, out) for c in copies]
 
 
-def duel(qtype, challenger, incumbent, shapes, budget_s, build):
+def duel(qtype, challenger, incumbent, shapes, budget_s, build, contenders=None):
     """Paired rounds of challenger against incumbent over `shapes` (one sample of each per
     shape per round, order alternating, weighted by tensor count): True when the challenger
     is faster in so many rounds that chance explains it with p < DUEL_P (a sign test) and by
     REPLACE_MARGIN in the median round. Either may be one of COPIES, the kernel of the shapes'
-    copies of that name.
+    copies of that name; contenders(names, shape) -> ({name: kernel}, {name: race calls})
+    names them otherwise (the prefetch race's distances).
     Returns (won, p value, median round time ratio)."""
-    cases = [(s.count,) + _contenders(qtype, (challenger, incumbent), s, build) for s in shapes]
+    contenders = contenders or (lambda names, s: _contenders(qtype, names, s, build))
+    cases = [(s.count,) + contenders((challenger, incumbent), s) for s in shapes]
     reps = [_reps(pair, args)[0] for _, pair, args in cases]
     wins, ratios = 0, []
     start = time.perf_counter()
@@ -304,8 +311,13 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
     doc, _ = sidecar.read(here=here)
     if doc is not None and covered(doc, shapes) and not force:
         medians = _recorded(doc, shapes)
-        return Report(_summaries(shapes, medians, variants, doc["winners"]), {}, [],
-                      doc["provenance"].get("noise", math.nan), 0.0, sidecar_path(), skipped=True)
+        outcomes = _summaries(shapes, medians, variants, doc["winners"])
+        layouts, _ = sidecar.resolve_layouts(rowgroups.LAYOUT_DEFAULTS, rowgroups.layout_choices, pin_text="", doc=doc)
+        for owner, name, group in _prefetch_groups(shapes, doc["winners"], layouts):
+            ahead = doc["winners"].get(type_name(owner), {}).get(sidecar.PREFETCH_KEY)
+            if ahead is not None:
+                outcomes += filter(None, [_prefetch_outcome(owner, name, group, medians, int(ahead), int(ahead))])
+        return Report(outcomes, {}, [], doc["provenance"].get("noise", math.nan), 0.0, sidecar_path(), skipped=True)
     if threads:
         numba.set_num_threads(threads)
     noise, reason = probe_noise()
@@ -350,6 +362,14 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
                                          share, build, on_step, notes))
         winners.setdefault(type_name(qtype), {}).update(chosen)
     outcomes = _summaries(shapes, medians, variants, winners, incumbents, layouts)
+    for owner, name, group in _prefetch_groups(shapes, winners, layouts):
+        incumbent = rowgroups.prefetch_in_force(owner, name)
+        winner, why = _race_prefetch(owner, name, group, share, on_step, notes, medians)
+        if why:
+            rejected[type_name(owner), f"{name} prefetch"] = why
+        if winner is not None:
+            winners.setdefault(type_name(owner), {})[sidecar.PREFETCH_KEY] = str(winner)
+            outcomes += filter(None, [_prefetch_outcome(owner, name, group, medians, incumbent, winner)])
     doc = _merged(doc, here, shapes, medians, winners, noise, force, threads, model)
     doc["provenance"]["seconds"] = round(time.perf_counter() - t_start, 1)
     path = sidecar.write(doc)
@@ -359,7 +379,7 @@ def tune(shapes, budget_s=60.0, force=False, threads=None, on_step=None, build=M
 def _totals(group, medians):
     """file variant -> seconds summed over the tensors of the group (variants timed on every
     shape; COPIES are layouts, decided apart)."""
-    common = set.intersection(*(set(medians[s.key]) for s in group)) - set(COPIES)
+    common = set.intersection(*(set(medians[s.key]) for s in group)) - set(COPIES) - set(AHEAD)
     return {v: sum(s.count * medians[s.key][v] for s in group) for v in common}
 
 
@@ -375,7 +395,7 @@ def _decide(qtype, phase, group, medians, incumbent, share, build, on_step, note
                             f"{type_name(qtype)} {phase}")
     chosen = {phase: winner}
     for s in group:
-        own = min((v for v in medians[s.key] if v not in COPIES), key=medians[s.key].get)
+        own = min((v for v in medians[s.key] if v not in COPIES and v not in AHEAD), key=medians[s.key].get)
         if own != winner and medians[s.key][own] < (1 - SHAPE_GAIN) * medians[s.key].get(winner, math.inf):
             where = f"{type_name(qtype)} {sidecar.shape_key(phase, s.n_rows, s.n_cols)}"
             if _challenge(qtype, own, winner, [s], share, build, on_step, notes, where) == own:
@@ -419,9 +439,67 @@ def _decide_layout(qtype, phase, group, medians, chosen, incumbent, share, build
     return {layout_key(phase): best}
 
 
-def _challenge(qtype, challenger, incumbent, group, budget_s, build, on_step, notes, where):
+def _prefetch_groups(shapes, winners, layouts):
+    """[(format, copy name, decode shapes)]: per format whose copies' prefetch the decode
+    shapes' copies take (Q5_0 rows in Q8_0's copy take Q8_0's), the copy decode takes after
+    this tune, and the shapes it serves."""
+    groups = {}
+    for qtype in dict.fromkeys(s.qtype for s in shapes if s.phase == "decode"):
+        name = winners.get(type_name(qtype), {}).get(layout_key("decode"))
+        if name is None and (qtype, "decode") in layouts:
+            name = layouts[qtype, "decode"].variant
+        for s in shapes:
+            layout = s.copy_layout(name) if s.qtype == qtype and s.phase == "decode" and name in COPIES else None
+            if layout in COPY_LAYOUTS:
+                groups.setdefault((COPY_LAYOUTS[layout][0], name), []).append(s)
+    return [(owner, name, group) for (owner, name), group in groups.items()]
+
+
+def _race_prefetch(owner, name, group, share, on_step, notes, medians):
+    """(winner's bytes or None, why the gate refused a distance or None): each distance's
+    kernel of `owner`'s `name` copies gated, then raced on the decode shapes `group` (their
+    medians into medians[shape key], by AHEAD name); the least summed time, after a duel where
+    it changes what is in force."""
+    where = f"{type_name(owner)} {sidecar.PREFETCH_KEY}"
+    on_step(f"race {where}")
+    kernels = {n: rowgroups.copy_form(owner, name, p)[2] for n, p in AHEAD.items()}
+    for n, kernel in kernels.items():
+        why = gate_copy(group[0], name, kernel=kernel)
+        if why:
+            return None, f"{AHEAD[n]} bytes ahead: {why}"
+    calls = {s.key: _race_args(s, copy=name) for s in group}
+    group = [s for s in group if calls[s.key] is not None]     # None: the layout declines them
+    for s in group:
+        medians[s.key].update(race(kernels, calls[s.key], share))
+    if not group:
+        return None, None
+    totals = {n: sum(s.count * medians[s.key][n] for s in group) for n in AHEAD}
+    best = min(totals, key=totals.get)
+    incumbent = f"pf{rowgroups.prefetch_in_force(owner, name)}"
+    if best != incumbent:
+        def contenders(names, s):
+            return {n: kernels[n] for n in names}, {n: calls[s.key] for n in names}
+        best = _challenge(owner, best, incumbent, group, share * len(group), None, on_step, notes, where,
+                          contenders)
+    return AHEAD[best], None
+
+
+def _prefetch_outcome(owner, name, group, medians, incumbent, winner):
+    """The Outcome of the prefetch of `owner`'s `name` copies over the decode shapes `group`
+    (bytes ahead: incumbent, winner), or None where their medians lack it."""
+    default = rowgroups.PREFETCH_DEFAULTS.get(group[0].copy_layout(name), 0)
+    if not all(f"pf{p}" in medians[s.key] for s in group for p in (default, winner)):
+        return None
+
+    def total(p):
+        return sum(s.count * medians[s.key][f"pf{p}"] for s in group)
+    return Outcome(owner, sidecar.PREFETCH_KEY, len(group), str(default), str(incumbent), str(winner), {},
+                   total(default), total(winner))
+
+
+def _challenge(qtype, challenger, incumbent, group, budget_s, build, on_step, notes, where, contenders=None):
     on_step(f"duel {where}: {challenger} against {incumbent}")
-    won, p_value, ratio = duel(qtype, challenger, incumbent, group, budget_s, build)
+    won, p_value, ratio = duel(qtype, challenger, incumbent, group, budget_s, build, contenders)
     if won:
         return challenger
     notes.append(f"{where}: {challenger} was faster by median but lost its duel against {incumbent} "
@@ -505,10 +583,16 @@ def in_force(qtypes=None):
     doc, refusal = sidecar.read()
     named = [(key, key[1] if len(key) == 2 else sidecar.shape_key(*key[1:]), c) for key, c in choices.items()]
     named += [(key, sidecar.layout_key(key[1]), c) for key, c in layouts.items()]
+    ahead, ahead_notes = sidecar.resolve_prefetch(rowgroups.COPIED, rowgroups.PREFETCH_CHOICES)
+    for (qtype, phase), c in layouts.items():     # the prefetch of the copy decode takes
+        if phase == "decode" and c.variant in COPIES:
+            owner = qtype if (qtype, c.variant) in rowgroups.LAYOUT_OF else rowgroups.Q8_0
+            bytes_ahead = str(rowgroups.prefetch_in_force(qtype, c.variant, {}))
+            named.append(((qtype, phase), sidecar.PREFETCH_KEY, ahead.get(owner, sidecar.Choice(bytes_ahead, "default"))))
     rows = [[sidecar.type_name(key[0]), phase, choice.variant, choice.source]
             for key, phase, choice in sorted(named, key=lambda r: (sidecar.type_name(r[0][0]), r[1]))
             if qtypes is None or key[0] in qtypes]
-    notes += [n for n in layout_notes if n not in notes]
+    notes += [n for n in layout_notes + ahead_notes if n not in notes]
     for note in notes:     # as building the dispatch would: `tune --show` builds none
         warnings.warn(note, sidecar.SidecarWarning, stacklevel=2)
     if doc:

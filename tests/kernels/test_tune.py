@@ -135,6 +135,15 @@ def test_tune_races_the_copy_and_keeps_a_layout_per_type_and_phase():
     for phase in PHASES:
         assert doc["winners"]["Q4_0"][f"{phase} layout"] == layouts[f"{phase} layout"].winner
         assert in_force[Q4_0, phase] == sidecar.Choice(layouts[f"{phase} layout"].winner, "sidecar")
+    # where decode took a copy, its prefetch distances raced (each gated bit-exact first) and
+    # the sidecar keeps the winner, which the copies then take
+    ahead = [o for o in report.outcomes if o.phase == sidecar.PREFETCH_KEY]
+    decode_copy = layouts["decode layout"].winner
+    assert len(ahead) == (decode_copy != "file") and not report.rejected
+    for o in ahead:
+        assert o.winner in map(str, rowgroups.PREFETCH_CHOICES) and o.chosen_s > 0 and o.default_s > 0
+        assert doc["winners"]["Q4_0"][sidecar.PREFETCH_KEY] == o.winner
+        assert rowgroups.prefetch_in_force(Q4_0, decode_copy) == int(o.winner)
 
 
 # --- races and duels ----------------------------------------------------------------------------
@@ -306,6 +315,19 @@ def test_layouts_follow_the_same_precedence_and_name_what_they_skip(profile, tmp
     assert kernel_choices[Q8_0, "decode"].source != "pin" and kernel_notes == []
 
 
+def test_a_prefetch_follows_the_precedence_and_an_unoffered_one_is_named(profile, tmp_path):
+    (tmp_path / "profiles" / "x86-avx2.json").write_text(json.dumps(
+        {"winners": {"Q4_K": {sidecar.PREFETCH_KEY: "1152"}, "Q6_K": {sidecar.PREFETCH_KEY: "100"}}}))
+    doc = {"winners": {"Q8_0": {sidecar.PREFETCH_KEY: "0"}}}
+    chosen, notes = sidecar.resolve_prefetch((Q8_0, Q4_K, Q6_K, Q4_0), rowgroups.PREFETCH_CHOICES, pin_text="",
+                                             doc=doc, features=AVX2)
+    assert chosen == {Q8_0: sidecar.Choice("0", "sidecar"), Q4_K: sidecar.Choice("1152", "profile x86-avx2")}
+    assert len(notes) == 1 and "Q6_K decode prefetch '100' is not one of" in notes[0]
+    # and a format without a choice keeps its copy's own default
+    assert rowgroups.prefetch_in_force(Q4_0, "x8", {}) == 0
+    assert rowgroups.prefetch_in_force(Q8_0, "x16", {}) == rowgroups.PREFETCH_DEFAULTS[rowgroups.Q8_0_X16]
+
+
 def test_a_layout_choice_compiles_nothing(monkeypatch, profile):
     monkeypatch.setattr(cpu, "probe", lambda: cpu.CpuInfo("test", frozenset({"sse2"}), "x86_64"))
     monkeypatch.setenv(sidecar.PIN_ENV, "Q8_0=file,Q4_K:prefill=file")
@@ -329,6 +351,19 @@ def test_the_cache_tag_follows_the_choices(monkeypatch, profile):
     tag_b = sidecar.selection_tag()
     monkeypatch.setenv(sidecar.PIN_ENV, "Q8_0=c")
     assert tag_b and sidecar.selection_tag() not in ("", tag_b)
+
+
+def test_the_cache_tag_follows_a_prefetch_choice(monkeypatch, profile):
+    """A prefetch distance is compiled into the tiles the decode step inlines: another one
+    must name another cache folder."""
+    monkeypatch.setattr(cpu, "probe", lambda: cpu.CpuInfo("test", frozenset({"sse2"}), "x86_64"))
+    tags = []
+    for ahead in ("1152", "6912"):
+        doc = sidecar.new_doc(sidecar.machine())
+        doc["winners"] = {"Q8_0": {sidecar.PREFETCH_KEY: ahead}}
+        sidecar.write(doc)
+        tags.append(sidecar.selection_tag())
+    assert "" not in tags and tags[0] != tags[1]
 
 
 def test_the_shipped_profiles_for_this_cpu_name_variants_it_offers():
