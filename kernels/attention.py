@@ -204,8 +204,8 @@ def _carve(work, heads, head_dim, head_dim_v):
 def _one_chunk_row(p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, head_dim_v, scale,
                    softcap, n_swa, causal, work):
     """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query at position p over
-    cells j0..j1-1 (masked cells skipped): the query (f16-rounded) in _carve(work, 1)'s qv,
-    which gets in acc[0] the f16 accumulator's values (unnormalised); returns (M, S).
+    cells j0..j1-1 (masked cells skipped): the query, f16-rounded, in _carve(work, 1)'s qv; the
+    f16 accumulator's values (unnormalised) left in its acc[0]; returns (M, S).
     _one_chunk_heads of one head."""
     n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
     qv, acc, acc_h, scores, M, S, lanes, _ = _carve(work, 1, head_dim, head_dim_v)
