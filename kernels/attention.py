@@ -4,6 +4,7 @@ and the tiled path (batches of FA_TILE_Q queries and more, f32 throughout), so g
 match llama.cpp bit for bit. The plain numpy reference is ops_ref.attention_ref."""
 import math
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -112,7 +113,7 @@ def _reduce16(a):
 
 @njit(cache=True, boundscheck=False)
 def attention(q, qpos, kcache, vcache, kpos, n_head, n_head_kv, head_dim, head_dim_v,
-              scale, softcap, n_swa, causal, out, n_threads=1):
+              scale, softcap, n_swa, causal, out, n_threads, work):
     """Flash attention of T queries at positions qpos (T,) over an f16 cache of cells.
 
     q: (T, n_head*head_dim) f32; kcache: (n_cells, n_head_kv*head_dim) u16;
@@ -123,7 +124,8 @@ def attention(q, qpos, kcache, vcache, kpos, n_head, n_head_kv, head_dim, head_d
     queries take the one-chunk path (f16 queries, V accumulated in f16), larger ones the tiled
     path (f32 throughout); a single query over a padded cache of 512 cells or more takes the
     split-KV path (one chunk of cells per thread, partials reduced: n_threads is llama.cpp's
-    thread count, which shapes the result there).
+    thread count, which shapes the result there). work: the decode jobs' scratch
+    (attention_work).
     """
     n_used = cells_used(kpos)
     if q.shape[0] >= FA_TILE_Q:
@@ -131,10 +133,10 @@ def attention(q, qpos, kcache, vcache, kpos, n_head, n_head_kv, head_dim, head_d
                         head_dim_v, scale, softcap, n_swa, causal, out)
     elif q.shape[0] == 1 and n_kv_cells(kcache.shape[0], n_used) >= FA_SPLIT_KV:
         attention_split_kv(q, qpos[0], kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim,
-                           head_dim_v, scale, softcap, n_swa, causal, n_threads, out)
+                           head_dim_v, scale, softcap, n_swa, causal, n_threads, out, work)
     else:
         attention_one_chunk(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim,
-                            head_dim_v, scale, softcap, n_swa, causal, out)
+                            head_dim_v, scale, softcap, n_swa, causal, out, work)
 
 
 FA_SPLIT_KV = 512   # ggml's use_split_kv_path: one query, nek1 >= 512
@@ -148,22 +150,69 @@ def n_kv_cells(cache_size, n_used):
     return min(cache_size, max(KV_PAD, (n_used + KV_PAD - 1) // KV_PAD * KV_PAD))
 
 
-@njit(cache=True, boundscheck=False)
-def _one_chunk_row(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, head_dim_v, scale,
-                   softcap, n_swa, causal, acc, lanes):
-    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query at position p over
-    cells j0..j1-1 (masked cells skipped): acc (head_dim_v,) gets the f16 accumulator's
-    values (unnormalised); returns (M, S). _one_chunk_heads of one head."""
+def _round_up16(n):
+    """n f32 rounded up to 64 bytes: each of _carve's arrays starts on a line of its own."""
+    return (n + 15) // 16 * 16
+
+
+_segment = njit(cache=True, inline="always")(_round_up16)
+
+
+def work_width(n_head, n_head_kv, head_dim, head_dim_v):
+    """f32 elements of one thread's row of the attention scratch (attention_work): _carve's
+    arrays for a job of a KV head's query heads."""
+    heads = n_head // n_head_kv
     n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
-    acc_h = np.empty((1, max(n_half, 1)), np.uint16)
-    scores = np.empty(1, np.float32)
-    M = np.empty(1, np.float32)
-    S = np.empty(1, np.float32)
-    _one_chunk_heads(qv.reshape((1, head_dim)), p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim,
-                     head_dim_v, scale, softcap, n_swa, causal, acc_h, acc.reshape((1, head_dim_v)), scores,
-                     M, S, lanes)
+    sizes = (heads * head_dim, heads * head_dim_v, (heads * max(n_half, 1) + 1) // 2, heads, heads, heads,
+             F16_LANES, head_dim_v)
+    return sum(_round_up16(n) for n in sizes)
+
+
+def attention_work(n_head, n_head_kv, head_dim, head_dim_v):
+    """The decode jobs' scratch, a row per thread of numba's pool ((NUMBA_NUM_THREADS,
+    work_width) f32): made once with the model, so a step allocates nothing (each job takes
+    its thread's row, numba.get_thread_id, and carves its arrays from it)."""
+    return np.zeros((numba.config.NUMBA_NUM_THREADS, work_width(n_head, n_head_kv, head_dim, head_dim_v)),
+                    np.float32)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _carve(work, heads, head_dim, head_dim_v):
+    """A job's arrays for `heads` query heads, views of its thread's row of the scratch:
+    qv (heads, head_dim) the f16-rounded queries, acc (heads, head_dim_v) and acc_h (heads,
+    n_half) u16 the accumulator (_one_chunk_heads), scores, M, S (heads,), lanes (F16_LANES,),
+    vkq (head_dim_v,) the split-KV path's merged partials. The same row always gives the same
+    views: a job and the functions it calls each carve their own."""
+    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
+    nh = max(n_half, 1)
+    o0 = 0
+    o1 = o0 + _segment(heads * head_dim)
+    o2 = o1 + _segment(heads * head_dim_v)
+    o3 = o2 + _segment((heads * nh + 1) // 2)
+    o4 = o3 + _segment(heads)
+    o5 = o4 + _segment(heads)
+    o6 = o5 + _segment(heads)
+    o7 = o6 + _segment(F16_LANES)
+    qv = work[o0:o0 + heads * head_dim].reshape((heads, head_dim))
+    acc = work[o1:o1 + heads * head_dim_v].reshape((heads, head_dim_v))
+    acc_h = work[o2:o3].view(np.uint16)[:heads * nh].reshape((heads, nh))
+    return (qv, acc, acc_h, work[o3:o3 + heads], work[o4:o4 + heads], work[o5:o5 + heads],
+            work[o6:o6 + F16_LANES], work[o7:o7 + head_dim_v])
+
+
+@njit(cache=True, boundscheck=False)
+def _one_chunk_row(p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, head_dim_v, scale,
+                   softcap, n_swa, causal, work):
+    """ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query at position p over
+    cells j0..j1-1 (masked cells skipped): the query, f16-rounded, in _carve(work, 1)'s qv; the
+    f16 accumulator's values (unnormalised) left in its acc[0]; returns (M, S).
+    _one_chunk_heads of one head."""
+    n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
+    qv, acc, acc_h, scores, M, S, lanes, _ = _carve(work, 1, head_dim, head_dim_v)
+    _one_chunk_heads(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, head_dim_v, scale,
+                     softcap, n_swa, causal, acc_h, acc, scores, M, S, lanes)
     for d in range(n_half):
-        acc[d] = f16_to_f32(acc_h[0, d])
+        acc[0, d] = f16_to_f32(acc_h[0, d])
     return M[0], S[0]
 
 
@@ -220,38 +269,38 @@ def _one_chunk_heads(qv, p, kcache, vcache, kpos, koff, voff, j0, j1, head_dim, 
 
 @njit(cache=True, parallel=True, boundscheck=False)
 def attention_one_chunk(q, qpos, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim,
-                        head_dim_v, scale, softcap, n_swa, causal, out):
-    """ggml's one-chunk flash attention: online softmax cell by cell, f16 accumulator."""
+                        head_dim_v, scale, softcap, n_swa, causal, out, work):
+    """ggml's one-chunk flash attention: online softmax cell by cell, f16 accumulator (work:
+    attention_work, a row a thread)."""
     T = q.shape[0]
     group = n_head // n_head_kv
     if softcap != 0.0:
         scale = scale / softcap
     for job in prange(T * n_head):
         _one_chunk_job(job // n_head, job % n_head, q, qpos, kcache, vcache, kpos, n_used, group,
-                       head_dim, head_dim_v, scale, softcap, n_swa, causal, out)
+                       head_dim, head_dim_v, scale, softcap, n_swa, causal, out, work[numba.get_thread_id()])
 
 
 @njit(cache=True, boundscheck=False)
 def _one_chunk_job(t, h, q, qpos, kcache, vcache, kpos, n_used, group, head_dim, head_dim_v, scale,
-                   softcap, n_swa, causal, out):
-    """attention_one_chunk's query t, head h. A function of its own, not the prange's body:
-    numba's parallel passes then see one call, not the inlined loops (COLD)."""
-    qv = np.empty(head_dim, np.float32)
-    acc = np.empty(head_dim_v, np.float32)
-    lanes = np.empty(F16_LANES, np.float32)
+                   softcap, n_swa, causal, out, work):
+    """attention_one_chunk's query t, head h, on its thread's row of the scratch (work). A
+    function of its own, not the prange's body: numba's parallel passes then see one call,
+    not the inlined loops (COLD)."""
+    qv, acc, _, _, _, _, _, _ = _carve(work, 1, head_dim, head_dim_v)
     for d in range(head_dim):
-        qv[d] = round_f16(q[t, h * head_dim + d])
-    M, S = _one_chunk_row(qv, qpos[t], kcache, vcache, kpos, (h // group) * head_dim,
+        qv[0, d] = round_f16(q[t, h * head_dim + d])
+    M, S = _one_chunk_row(qpos[t], kcache, vcache, kpos, (h // group) * head_dim,
                           (h // group) * head_dim_v, np.int64(0), n_used, head_dim, head_dim_v, scale,
-                          softcap, n_swa, causal, acc, lanes)
+                          softcap, n_swa, causal, work)
     inv = np.float32(0.0) if S == 0.0 else np.float32(1.0) / S
     for d in range(head_dim_v):
-        out[t, h * head_dim_v + d] = acc[d] * inv
+        out[t, h * head_dim_v + d] = acc[0, d] * inv
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
 def attention_split_kv(q, p, kcache, vcache, kpos, n_used, n_head, n_head_kv, head_dim, head_dim_v,
-                       scale, softcap, n_swa, causal, n_threads, out):
+                       scale, softcap, n_swa, causal, n_threads, out, work):
     """ggml's split-KV decode: the padded cells cut into n_threads chunks, each run as one
     chunk from M = -inf, then the partials merged in chunk order
     (ggml_flash_attn_ext_reduce_partials: V = fma(V, e^(M-M'), Vc*e^(Mc-M')), the same for S).
@@ -263,19 +312,19 @@ def attention_split_kv(q, p, kcache, vcache, kpos, n_used, n_head, n_head_kv, he
     chunk = (nek1 + n_threads - 1) // n_threads
     for h in prange(n_head):
         _split_kv_head(np.int64(h), q, p, kcache, vcache, kpos, n_used, group, head_dim, head_dim_v, scale,
-                       softcap, n_swa, causal, n_threads, chunk, out)
+                       softcap, n_swa, causal, n_threads, chunk, out, work[numba.get_thread_id()])
 
 
 @njit(cache=True, boundscheck=False)
 def _split_kv_head(h, q, p, kcache, vcache, kpos, n_used, group, head_dim, head_dim_v, scale,
-                   softcap, n_swa, causal, n_threads, chunk, out):
-    """attention_split_kv's head h (a function of its own: see _one_chunk_job)."""
-    qv = np.empty(head_dim, np.float32)
+                   softcap, n_swa, causal, n_threads, chunk, out, work):
+    """attention_split_kv's head h, on its thread's row of the scratch (work; a function of its
+    own: see _one_chunk_job)."""
+    qv, acc, _, _, _, _, _, vkq = _carve(work, 1, head_dim, head_dim_v)
     for d in range(head_dim):
-        qv[d] = round_f16(q[0, h * head_dim + d])
-    acc = np.empty(head_dim_v, np.float32)
-    lanes = np.empty(F16_LANES, np.float32)
-    vkq = np.zeros(head_dim_v, np.float32)
+        qv[0, d] = round_f16(q[0, h * head_dim + d])
+    for d in range(head_dim_v):
+        vkq[d] = 0.0
     M = np.float32(-np.inf)
     S = np.float32(0.0)
     for c in range(n_threads):
@@ -283,16 +332,16 @@ def _split_kv_head(h, q, p, kcache, vcache, kpos, n_used, group, head_dim, head_
         j1 = min(c * chunk + chunk, n_used)
         if j0 >= j1:
             continue          # only empty cells: S = 0, skipped by the reduction
-        Mc, Sc = _one_chunk_row(qv, p, kcache, vcache, kpos, (h // group) * head_dim,
+        Mc, Sc = _one_chunk_row(p, kcache, vcache, kpos, (h // group) * head_dim,
                                 (h // group) * head_dim_v, j0, j1, head_dim, head_dim_v,
-                                scale, softcap, n_swa, causal, acc, lanes)
+                                scale, softcap, n_swa, causal, work)
         if Sc == 0.0:
             continue
         m_new = max(M, Mc)
         s_old = np.float32(math.exp(M - m_new))
         s_new = np.float32(math.exp(Mc - m_new))
         for d in range(head_dim_v):
-            vkq[d] = fma_f32(vkq[d], s_old, acc[d] * s_new)
+            vkq[d] = fma_f32(vkq[d], s_old, acc[0, d] * s_new)
         S = fma_f32(S, s_old, Sc * s_new)
         M = m_new
     if S != 0.0:
@@ -305,7 +354,7 @@ def _split_kv_head(h, q, p, kcache, vcache, kpos, n_used, group, head_dim, head_
 
 @njit(cache=True, parallel=True, boundscheck=False)
 def attention_rows(q, qpos, kblock, vblock, layer, kpos, seqs, n_used, n_head, n_head_kv, head_dim,
-                   head_dim_v, scale, softcap, n_swa, out, n_threads):
+                   head_dim_v, scale, softcap, n_swa, out, n_threads, work):
     """A batched decode step's attention in one parallel region: row t, one query q[t] at
     position qpos[t] of sequence seqs[t], over that sequence's cache of `layer`, causal, as
     `attention` computes it alone (split-KV where its padded cells reach FA_SPLIT_KV, else the
@@ -315,7 +364,7 @@ def attention_rows(q, qpos, kblock, vblock, layer, kpos, seqs, n_used, n_head, n
 
     kblock, vblock: (n_seq, n_layers, n_cells, n_head_kv * head_dim(_v)) u16, the stacked caches
     of every sequence; kpos (n_seq, n_cells); n_used (>= B,) int64, scratch for each row's
-    used cells; out (B, n_head * head_dim_v)."""
+    used cells; out (B, n_head * head_dim_v); work: attention_work, a row a thread."""
     B = q.shape[0]
     for t in range(B):
         n_used[t] = cells_used(kpos[seqs[t]])
@@ -328,33 +377,28 @@ def attention_rows(q, qpos, kblock, vblock, layer, kpos, seqs, n_used, n_head, n
     per_row = n_head // heads
     for job in prange(B * per_row):
         _rows_job(job // per_row, (job % per_row) * heads, heads, q, qpos, kblock, vblock, layer, kpos,
-                  seqs, n_used, group, head_dim, head_dim_v, scale, softcap, n_swa, out, n_threads)
+                  seqs, n_used, group, head_dim, head_dim_v, scale, softcap, n_swa, out, n_threads,
+                  work[numba.get_thread_id()])
 
 
 @njit(cache=True, boundscheck=False)
 def _rows_job(t, h0, heads, q, qpos, kblock, vblock, layer, kpos, seqs, n_used, group, head_dim,
-              head_dim_v, scale, softcap, n_swa, out, n_threads):
-    """attention_rows' row t, query heads h0..h0+heads-1 (of one KV head; a function of its
-    own: see _one_chunk_job)."""
+              head_dim_v, scale, softcap, n_swa, out, n_threads, work):
+    """attention_rows' row t, query heads h0..h0+heads-1 (of one KV head), on its thread's row
+    of the scratch (work; a function of its own: see _one_chunk_job)."""
     kc, vc, kp = kblock[seqs[t], layer], vblock[seqs[t], layer], kpos[seqs[t]]
     nek1 = n_kv_cells(kc.shape[0], n_used[t])
     if nek1 >= FA_SPLIT_KV:
         for h in range(h0, h0 + heads):
             _split_kv_head(h, q[t:t + 1], qpos[t], kc, vc, kp, n_used[t], group, head_dim, head_dim_v,
                            scale, softcap, n_swa, True, n_threads, (nek1 + n_threads - 1) // n_threads,
-                           out[t:t + 1])
+                           out[t:t + 1], work)
         return
-    qv = np.empty((heads, head_dim), np.float32)
+    qv, acc, acc_h, scores, M, S, lanes, _ = _carve(work, heads, head_dim, head_dim_v)
     for g in range(heads):
         for d in range(head_dim):
             qv[g, d] = round_f16(q[t, (h0 + g) * head_dim + d])
     n_half = head_dim_v & ~(F16_HALF_STEP - 1) if F16_HALF_STEP else 0
-    acc_h = np.empty((heads, max(n_half, 1)), np.uint16)
-    acc = np.empty((heads, head_dim_v), np.float32)
-    scores = np.empty(heads, np.float32)
-    M = np.empty(heads, np.float32)
-    S = np.empty(heads, np.float32)
-    lanes = np.empty(F16_LANES, np.float32)
     kv = h0 // group
     _one_chunk_heads(qv, qpos[t], kc, vc, kp, kv * head_dim, kv * head_dim_v, np.int64(0), n_used[t],
                      head_dim, head_dim_v, scale, softcap, n_swa, True, acc_h, acc, scores, M, S, lanes)

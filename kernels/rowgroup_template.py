@@ -1,6 +1,7 @@
 """The template every row-group copy is generated from (kernels/rowgroups.py has the idea and
 the formats): the repacker, the intrinsic tile of one group of rows against tokens, the
-prange kernel over groups, and the per-call aux rows (|x|, block sums) its tiles read."""
+prange kernel over groups, and the per-call aux rows (|x|, block sums) its tiles read, made in
+the activations' f32 rows (xf), which the int8 activations these copies take leave unused."""
 import numba
 import numpy as np
 from numba import njit
@@ -183,11 +184,11 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     def kernel(w, n_rows, n_cols, xq, xd, xa, xf, n_tokens, out):
         n_blocks = n_cols // block_elems
         group_bytes = n_blocks * group_block
-        aux = aux_of(xq, xa, n_tokens, n_cols)
+        aux_of(xq, xa, xf, n_tokens, n_cols)
         n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
-        wp, xp, ap = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(aux.ctypes.data)
+        wp, xp, ap = np.int64(w.ctypes.data), np.int64(xq.ctypes.data), np.int64(xf.ctypes.data)
         dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
-        xs, as_, ds, os = xq.strides[0], aux.strides[0], xd.strides[0], out.strides[0]
+        xs, as_, ds, os = xq.strides[0], xf.strides[0], xd.strides[0], out.strides[0]
         chunk = max(1, _ACT_CHUNK_BYTES // max(2 * n_cols, 1))
         for grp in numba.prange(n_rows // width):
             wg, og = wp + grp * group_bytes, op + 4 * width * grp
@@ -200,25 +201,28 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
                 if c1 > t1:
                     gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
                          c1 - t1, og + t1 * os, os)
-        keep_alive(aux)
+        keep_alive(xf)
     FUSED[kernel] = _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile, width)
     return kernel
 
 
 def _aux_of(aux_kind):
-    """aux(xq, xa, n_tokens, n_cols): the tiles' aux rows of one kind (a compile-time constant:
-    one branch is compiled), inlined into its kernel: no compile of its own."""
+    """aux(xq, xa, xf, n_tokens, n_cols): the tiles' aux rows of one kind (a compile-time
+    constant: one branch is compiled) into the rows of xf (T, >= n_cols f32: each kind's row
+    fits its bytes), which the tiles then read (the kernel's ap, as_: xf's); inlined into its
+    kernel: no compile of its own, and no array a call."""
     @njit(**JIT, inline="always")
-    def aux(xq, xa, n_tokens, n_cols):
+    def aux(xq, xa, xf, n_tokens, n_cols):
         if aux_kind == AUX_ABS:
-            return abs_quants(xq, n_tokens, n_cols)
+            abs_quants(xq, n_tokens, n_cols, xf.view(np.uint8))
         elif aux_kind == AUX_BLOCK_SUMS8:
-            return group_sums(xq, n_tokens, n_cols, 32, 8)
+            group_sums(xq, n_tokens, n_cols, 32, 8, xf.view(np.int32))
         elif aux_kind == AUX_BSUMS32:
-            return bsums32(xa, n_tokens, n_cols)
+            bsums32(xa, n_tokens, n_cols, xf.view(np.int16))
         elif aux_kind == AUX_LANE_OFFSETS:
-            return lane_offsets(xq, n_tokens, n_cols, F32_INT_BIAS)
-        return bsums16(xa, n_tokens, n_cols)
+            lane_offsets(xq, n_tokens, n_cols, F32_INT_BIAS, xf.view(np.int32))
+        else:
+            bsums16(xa, n_tokens, n_cols, xf.view(np.int16))
     return aux
 
 
@@ -239,9 +243,9 @@ def _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     def fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf, n_tokens):
         n_blocks = n_cols // block_elems
         group_bytes = n_blocks * group_block
-        aux = aux_of(xq, xa, n_tokens, n_cols)
-        xp, ap, dp = np.int64(xq.ctypes.data), np.int64(aux.ctypes.data), np.int64(xd.ctypes.data)
-        xs, as_, ds = xq.strides[0], aux.strides[0], xd.strides[0]
+        aux_of(xq, xa, xf, n_tokens, n_cols)
+        xp, ap, dp = np.int64(xq.ctypes.data), np.int64(xf.ctypes.data), np.int64(xd.ctypes.data)
+        xs, as_, ds = xq.strides[0], xf.strides[0], xd.strides[0]
         ga, gb, gc = na // width, nb // width, nc // width
         pa, pb, pc = np.int64(wa.ctypes.data), np.int64(wb.ctypes.data), np.int64(wc.ctypes.data)
         qa, qb, qc = np.int64(oa.ctypes.data), np.int64(ob.ctypes.data), np.int64(oc.ctypes.data)
@@ -260,15 +264,14 @@ def _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
             if n_tokens > n_batch:
                 gemv(wg, n_blocks, xp + n_batch * xs, xs, ap + n_batch * as_, as_, dp + n_batch * ds, ds,
                      n_tokens - n_batch, og + n_batch * os, os)
-        keep_alive(aux)
+        keep_alive(xf)
     return fused
 
 
 @njit(**JIT)
-def abs_quants(xq, n_tokens, n_cols):
-    """|x| of each token's int8 quants as uint8 (Q8_0 activations are never -128: ggml's
-    quantiser rounds into [-127, 127])."""
-    out = np.empty((n_tokens, n_cols), np.uint8)
+def abs_quants(xq, n_tokens, n_cols, out):
+    """out (n_tokens, >= n_cols) u8 = |x| of each token's int8 quants (Q8_0 activations are
+    never -128: ggml's quantiser rounds into [-127, 127])."""
     for t in range(n_tokens):
         src, dst = xq[t], out[t]
         for i in range(n_cols):
@@ -278,11 +281,10 @@ def abs_quants(xq, n_tokens, n_cols):
 
 
 @njit(**JIT)
-def group_sums(xq, n_tokens, n_cols, group, factor):
-    """factor x each token's sums over its groups of `group` consecutive quants, int32
-    (n_tokens, n_cols // group): Q4_0_X* take 8 x the 32-element block sums (the offset
-    Q8_0_X* take -128 x the 4-element ones from lane_offsets)."""
-    out = np.empty((n_tokens, n_cols // group), np.int32)
+def group_sums(xq, n_tokens, n_cols, group, factor, out):
+    """out (n_tokens, >= n_cols // group) int32 = factor x each token's sums over its groups of
+    `group` consecutive quants: Q4_0_X* take 8 x the 32-element block sums (the offset Q8_0_X*
+    take -128 x the 4-element ones from lane_offsets)."""
     for t in range(n_tokens):
         row = xq[t]
         for j in range(n_cols // group):
@@ -290,7 +292,6 @@ def group_sums(xq, n_tokens, n_cols, group, factor):
             for e in range(group * j, group * j + group):
                 s += np.int32(row[e])
             out[t, j] = factor * s
-    return out
 
 
 def _emit_lane_offsets(b, args):
@@ -333,30 +334,27 @@ _lane_offset_rows._set_uuid("dasllama.rowgroup_template.lane_offset_rows")   # a
 
 
 @njit(**JIT)
-def lane_offsets(xq, n_tokens, n_cols, bias):
-    """bias + group_sums(xq, n_tokens, n_cols, 4, -128) (n_cols a multiple of 32): the offset
-    tiles' aux rows (bias F32_INT_BIAS), 16 sums a vpdpbusd of ones (group_sums' loop took
-    ~0.7 ns a quant, 5 % of a gemma3 pp512 on one thread: every matrix makes its own)."""
-    out = np.empty((n_tokens, n_cols // 4), np.int32)
+def lane_offsets(xq, n_tokens, n_cols, bias, out):
+    """out (n_tokens, >= n_cols // 4) int32 = bias + group_sums(xq, n_tokens, n_cols, 4, -128)
+    (n_cols a multiple of 32): the offset tiles' aux rows (bias F32_INT_BIAS), 16 sums a
+    vpdpbusd of ones (group_sums' loop took ~0.7 ns a quant, 5 % of a gemma3 pp512 on one
+    thread: every matrix makes its own)."""
     _lane_offset_rows(xq.ctypes.data, xq.strides[0], out.ctypes.data, out.strides[0], n_cols, n_tokens, bias)
-    return out
 
 
 @njit(**JIT)
-def bsums32(xa, n_tokens, n_cols):
-    """Each token's sums over 32 elements (Q8_K keeps them per 16, xa) as int16."""
-    out = np.empty((n_tokens, n_cols // 32), np.int16)
+def bsums32(xa, n_tokens, n_cols, out):
+    """out (n_tokens, >= n_cols // 32) int16 = each token's sums over 32 elements (Q8_K keeps
+    them per 16, xa)."""
     for t in range(n_tokens):
         for j in range(n_cols // 32):
             out[t, j] = np.int16(xa[t, 2 * j] + xa[t, 2 * j + 1])
-    return out
 
 
 @njit(**JIT)
-def bsums16(xa, n_tokens, n_cols):
-    """Each token's Q8_K sums over 16 elements (xa, as f32) as int16."""
-    out = np.empty((n_tokens, n_cols // 16), np.int16)
+def bsums16(xa, n_tokens, n_cols, out):
+    """out (n_tokens, >= n_cols // 16) int16 = each token's Q8_K sums over 16 elements (xa, as
+    f32)."""
     for t in range(n_tokens):
         for j in range(n_cols // 16):
             out[t, j] = np.int16(xa[t, j])
-    return out

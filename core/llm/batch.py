@@ -46,14 +46,11 @@ def forward_batch(tokens, positions, slots, net, block, scratch, acts, logits, n
     forward.forward's."""
     sh = net.shape
     B = tokens.shape[0]
-    x, xn, q, k, v, att, ao, gate, up, hid = _scratch_views(scratch, B, sh)
-    cells = np.empty(B, np.int64)
-    cells_swa = np.empty(B, np.int64)
-    n_used = np.empty(B, np.int64)
+    x, xn, q, k, v, att, ao, gate, up, hid, work = _scratch_views(scratch, B, sh)
+    cells, cells_swa, n_used = work.cells[:B], work.cells_swa[:B], work.n_used[:B]
     for t in range(B):
-        c, cw = place_batch(_row(block, slots[t]), positions[t:t + 1], sh.n_swa)
-        cells[t], cells_swa[t] = c[0], cw[0]
-    angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base)
+        place_batch(_row(block, slots[t]), positions[t:t + 1], sh.n_swa, cells[t:t + 1], cells_swa[t:t + 1])
+    angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base, work)
     _embed(tokens, net, x)
 
     for il in range(sh.n_layer):
@@ -65,7 +62,8 @@ def forward_batch(tokens, positions, slots, net, block, scratch, acts, logits, n
         kb, vb, layer, kposb, cl = _layer_block(block, il, net.layer_swa, cells, cells_swa)
         store_kv_rows(k, v, kb, vb, layer, slots, cl)
         attention_rows(q, positions, kb, vb, layer, kposb, slots, n_used, sh.n_head, sh.n_head_kv,
-                       sh.head_dim, sh.head_dim_v, sh.kq_scale, sh.attn_softcap, n_swa, att, n_threads)
+                       sh.head_dim, sh.head_dim_v, sh.kq_scale, sh.attn_softcap, n_swa, att, n_threads,
+                       work.attn)
         _attn_out(il, net, att, acts, ao)
         _add_residual(ao, x)
 

@@ -49,8 +49,15 @@ Norms = namedtuple("Norms", "attn q k attn_post ffn ffn_post bq bk bv bqkv")
 # the shape, per-layer sliding-window flags and RoPE bases, and the GELU table.
 Net = namedtuple("Net", "wbuf w embd out cbuf copies out_copies fbuf norms out_norm shape "
                         "layer_swa layer_freq_base gelu_tab")
-# The step's flat f32 buffers (each of n_batch rows) and the activations' quantized forms.
-Scratch = namedtuple("Scratch", "x xn q k v att ao gate up hid")
+# The step's flat f32 buffers (each of n_batch rows), its Work, and the activations' quantized
+# forms (whose f32 rows xf also hold the row-group copies' aux rows).
+Scratch = namedtuple("Scratch", "x xn q k v att ao gate up hid work")
+# The step's small arrays, made once with the model (model._alloc) so that a step allocates
+# nothing: the batch's positions, cells in both caches and used-cell counts (n_batch,) int64;
+# RoPE's tables (_rope_tables: angles flat, for every distinct base and n_batch tokens; the
+# bases (n_layer,) f64 and each layer's table (n_layer,) int64); attention's jobs' rows, one a
+# thread (kernels.attention.attention_work).
+Work = namedtuple("Work", "positions cells cells_swa n_used angles bases layer_tab attn")
 Acts = namedtuple("Acts", "xq xd xa xf")
 
 
@@ -222,7 +229,7 @@ def _add_residual(y, x):
 @njit(cache=True)
 def _scratch_views(scratch, n, shape):
     """The step's arrays for n tokens, as views of the flat scratch buffers: x, xn (n, n_embd),
-    q, k, v, att (n, heads * head dim), ao (n, n_embd), gate, up, hid (n, n_ff)."""
+    q, k, v, att (n, heads * head dim), ao (n, n_embd), gate, up, hid (n, n_ff); and its Work."""
     sh = shape
     return Scratch(_view(scratch.x, n, sh.n_embd), _view(scratch.xn, n, sh.n_embd),
                    _view(scratch.q, n, sh.n_head * sh.head_dim),
@@ -230,7 +237,7 @@ def _scratch_views(scratch, n, shape):
                    _view(scratch.v, n, sh.n_head_kv * sh.head_dim_v),
                    _view(scratch.att, n, sh.n_head * sh.head_dim_v), _view(scratch.ao, n, sh.n_embd),
                    _view(scratch.gate, n, sh.n_ff), _view(scratch.up, n, sh.n_ff),
-                   _view(scratch.hid, n, sh.n_ff))
+                   _view(scratch.hid, n, sh.n_ff), scratch.work)
 
 
 @njit(cache=True, inline="always")
@@ -252,12 +259,12 @@ def _scale(y, s):
 
 
 @njit(cache=True)
-def _rope_tables(positions, n_rot, layer_freq_base):
+def _rope_tables(positions, n_rot, layer_freq_base, work):
     """RoPE's cos/sin tables at `positions`, one per distinct frequency base (gemma3: local
-    and global layers): (angles (n_bases, T, 2, n_rot // 2), each layer's table index)."""
+    and global layers), in the step's Work: (angles (n_bases, T, 2, n_rot // 2), each layer's
+    table index)."""
     n_layer = layer_freq_base.shape[0]
-    bases = np.empty(n_layer, np.float64)
-    layer_tab = np.empty(n_layer, np.int64)
+    bases, layer_tab = work.bases, work.layer_tab
     n_bases = 0
     for il in range(n_layer):
         j = 0
@@ -267,7 +274,9 @@ def _rope_tables(positions, n_rot, layer_freq_base):
             bases[j] = layer_freq_base[il]
             n_bases += 1
         layer_tab[il] = j
-    angles = np.empty((n_bases, positions.shape[0], 2, n_rot // 2), np.float32)
+    half = n_rot // 2
+    T = positions.shape[0]
+    angles = work.angles[:n_bases * T * 2 * half].reshape((n_bases, T, 2, half))
     for j in range(n_bases):
         rope_angles(positions, n_rot, bases[j], angles[j])
     return angles, layer_tab
@@ -384,15 +393,12 @@ def _layer_cache(kv, il, layer_swa, cells, cells_swa):
 
 
 @njit(cache=True)
-def place_batch(kv, positions, n_swa):
-    """The cells of both caches the batch at `positions` goes to (llama.cpp's find_slot +
-    apply_ubatch on each), marked taken."""
-    cells = np.empty(positions.shape[0], np.int64)
-    cells_swa = np.empty(positions.shape[0], np.int64)
+def place_batch(kv, positions, n_swa, cells, cells_swa):
+    """cells, cells_swa (T,) = the cells of both caches the batch at `positions` goes to
+    (llama.cpp's find_slot + apply_ubatch on each), marked taken."""
     place(kv.pos, kv.heads, GLOBAL, positions, 0, cells)
     if kv.k_swa.shape[0] > 0:
         place(kv.pos_swa, kv.heads, WINDOW, positions, n_swa, cells_swa)
-    return cells, cells_swa
 
 
 @njit(cache=True)
@@ -425,16 +431,18 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
     """
     sh = net.shape
     T = max(tokens.shape[0], embd.shape[0])
-    x, xn, q, k, v, att, ao, gate, up, hid = _scratch_views(scratch, T, sh)
+    x, xn, q, k, v, att, ao, gate, up, hid, work = _scratch_views(scratch, T, sh)
     eps = sh.eps
-    positions = np.empty(T, np.int64)
+    positions, cells, cells_swa = work.positions[:T], work.cells[:T], work.cells_swa[:T]
     for t in range(T):
         positions[t] = pos0 + t
-    cells, cells_swa = place_batch(kv, positions, sh.n_swa)
+    place_batch(kv, positions, sh.n_swa, cells, cells_swa)
     if rope.shape[1] > 0:
-        angles, layer_tab = rope, np.zeros(sh.n_layer, np.int64)
+        angles, layer_tab = rope, work.layer_tab
+        for il in range(sh.n_layer):
+            layer_tab[il] = 0
     else:
-        angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base)
+        angles, layer_tab = _rope_tables(positions, sh.n_rot, net.layer_freq_base, work)
     if embd.shape[0] > 0:
         _split_cols(embd, x, np.int64(0))
     else:
@@ -454,7 +462,7 @@ def forward(tokens, embd, pos0, causal, net, kv, scratch, acts, n_out, logits, t
         store_kv(v, vc, cl)
         n_swa = sh.n_swa if net.layer_swa[il] else 0
         attention(q, positions, kc, vc, kpos, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
-                  sh.kq_scale, sh.attn_softcap, n_swa, causal, att, n_threads)
+                  sh.kq_scale, sh.attn_softcap, n_swa, causal, att, n_threads, work.attn)
         _trace(trace, np.int64(4), il, att)
         _attn_out(il, net, att, acts, ao)
         _trace(trace, np.int64(5), il, ao)

@@ -8,6 +8,7 @@ import numpy as np
 
 from dasllama.formats.gguf import GGUFError, open_gguf
 from dasllama.kernels import ops, sidecar, rowgroups
+from dasllama.kernels.attention import attention_work
 from dasllama.kernels.quants import Q5_0, SUPPORTED as SUPPORTED_QTYPES, row_bytes
 
 from . import forward as fw
@@ -411,7 +412,12 @@ class Model:
         wide = max(2 * hp.n_ff, hp.n_head * hp.head_dim + hp.n_head_kv * (hp.head_dim + hp.head_dim_v))
         widths = (hp.n_embd, hp.n_embd, hp.n_head * hp.head_dim, kv_dim, kv_dim_v,
                   hp.n_head * hp.head_dim_v, hp.n_embd, wide, hp.n_ff, wide)
-        self.scratch = fw.Scratch(*(np.zeros(B * w, np.float32) for w in widths))
+        n_bases = len(np.unique(self.tables.layer_freq_base))
+        work = fw.Work(*(np.zeros(B, np.int64) for _ in range(4)),
+                       np.zeros(n_bases * B * 2 * (hp.n_rot // 2), np.float32),
+                       np.zeros(hp.n_layer, np.float64), np.zeros(hp.n_layer, np.int64),
+                       attention_work(hp.n_head, hp.n_head_kv, hp.head_dim, hp.head_dim_v))
+        self.scratch = fw.Scratch(*(np.zeros(B * w, np.float32) for w in widths), work)
         cmax = max(hp.n_embd, hp.n_ff, hp.n_head * hp.head_dim_v, 256)
         self.acts = fw.Acts(np.zeros(B * cmax, np.int8), np.zeros(B * cmax // 32 + 1, np.float32),
                             np.zeros(B * cmax // 16 + 1, np.float32), np.zeros(B * cmax, np.float32))

@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from dasllama.kernels.actq import quantize_act
-from dasllama.kernels.attention import attention
+from dasllama.kernels.attention import attention, attention_work
 from dasllama.kernels.matmul import dispatch_set, fused_for, matmul_for, set_key, set_text
 from dasllama.kernels.quants import dequantize_row_for
 
@@ -141,7 +141,8 @@ def _samples(shape):
     cache, cells = np.zeros((1, 1), np.uint16), np.zeros(1, np.int64)
     sh = shape
     attention_args = (x, cells, cache, cache, cells, sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v,
-                      sh.kq_scale, sh.attn_softcap, sh.n_swa, True, x, 1)
+                      sh.kq_scale, sh.attn_softcap, sh.n_swa, True, x, 1,
+                      attention_work(sh.n_head, sh.n_head_kv, sh.head_dim, sh.head_dim_v))
     local = [(attention, attention_args), (quantize_act, (np.int64(0), x, xq, xd, xa, xf))]
     fused = (np.int64(0), weights, 1, x, weights, 1, x, weights, 1, x, 1, xq, xd, xa, xf, 1)
     return local, (np.int64(0), weights, 1, 1, xq, xd, xa, xf, 1, x), fused

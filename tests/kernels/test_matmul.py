@@ -427,7 +427,16 @@ def test_q8_0_x8_takes_a_minus_128_only_offset_and_declines_partial_groups():
 
 def test_abs_quants():
     xq = np.array([[-127, -1, 0, 1, 127, -64]], np.int8)
-    assert rowgroups.abs_quants(xq, 1, 6).tolist() == [[127, 1, 0, 1, 127, 64]]
+    out = np.zeros((1, 6), np.uint8)
+    rowgroups.abs_quants(xq, 1, 6, out)
+    assert out.tolist() == [[127, 1, 0, 1, 127, 64]]
+
+
+def aux_rows(f, n_tokens, width, dtype, *args):
+    """The aux rows f writes into an out of its own (n_tokens, width)."""
+    out = np.zeros((n_tokens, width), dtype)
+    f(*args, out)
+    return out
 
 
 @pytest.mark.parametrize("n_cols", [32, 96, 640])
@@ -436,16 +445,17 @@ def test_lane_offsets_are_group_sums(n_cols):
     from dasllama.kernels.rowgroup_template import lane_offsets
     xq = np.random.default_rng(n_cols).integers(-127, 128, (5, n_cols)).astype(np.int8)
     for bias in (0, F32_INT_BIAS):
-        assert np.array_equal(lane_offsets(xq, 5, n_cols, bias), rowgroups.group_sums(xq, 5, n_cols, 4, -128) + bias)
+        assert np.array_equal(aux_rows(lane_offsets, 5, n_cols // 4, np.int32, xq, 5, n_cols, bias),
+                              aux_rows(rowgroups.group_sums, 5, n_cols // 4, np.int32, xq, 5, n_cols, 4, -128) + bias)
 
 
 def test_group_sums():
     xq = np.array([[-127, -127, -127, -127, 127, 1, 0, -3]], np.int8)
-    assert rowgroups.group_sums(xq, 1, 8, 4, -128).tolist() == [[128 * 508, -128 * 125]]
-    assert rowgroups.group_sums(xq, 1, 8, 8, 8).tolist() == [[8 * (-508 + 125)]]
+    assert aux_rows(rowgroups.group_sums, 1, 2, np.int32, xq, 1, 8, 4, -128).tolist() == [[128 * 508, -128 * 125]]
+    assert aux_rows(rowgroups.group_sums, 1, 1, np.int32, xq, 1, 8, 8, 8).tolist() == [[8 * (-508 + 125)]]
     # the offset tiles' lane sums start biased, so their int32 bits are a float (lane_f32)
     from dasllama.kernels.rowgroup_template import lane_offsets
-    biased = lane_offsets(np.pad(xq, ((0, 0), (0, 24))), 1, 32, F32_INT_BIAS)[:, :2]
+    biased = aux_rows(lane_offsets, 1, 8, np.int32, np.pad(xq, ((0, 0), (0, 24))), 1, 32, F32_INT_BIAS)[:, :2]
     assert (biased.view(np.float32) - np.float32(1.5 * 2 ** 23)).tolist() == [[128 * 508, -128 * 125]]
 
 

@@ -22,6 +22,12 @@ def nmse(a, ref):
 rng = np.random.default_rng(7)
 
 
+def attention(q, qpos, kc, vc, kpos, n_head, n_head_kv, hd, hdv, scale, softcap, n_swa, causal, out, n_threads=1):
+    """attn.attention with its jobs' scratch made here (a model makes it once)."""
+    attn.attention(q, qpos, kc, vc, kpos, n_head, n_head_kv, hd, hdv, scale, softcap, n_swa, causal, out,
+                   n_threads, attn.attention_work(n_head, n_head_kv, hd, hdv))
+
+
 def test_rms_norm():
     x = rng.standard_normal((5, 640)).astype(np.float32) * 3
     w = rng.standard_normal(640).astype(np.float32)
@@ -171,7 +177,7 @@ def test_attention(T, pos0, n_swa, softcap):
     scale = 1 / np.sqrt(hd)
     kpos = np.full(n + 4, -1, np.int64)
     kpos[:n] = np.arange(n)
-    attn.attention(q, pos0 + np.arange(T), kc, vc, kpos, n_head, n_head_kv, hd, hd, scale, softcap,
+    attention(q, pos0 + np.arange(T), kc, vc, kpos, n_head, n_head_kv, hd, hd, scale, softcap,
                    n_swa, True, out)
     ref = attention_ref(q, k.astype(np.float16), v.astype(np.float16), pos0, n_head, n_head_kv,
                         scale, softcap, n_swa)
@@ -203,7 +209,7 @@ def test_attention_over_cells_in_any_order(T, pos0, n_swa, causal):
     kpos = np.full(n_cells, -1, np.int64)
     kpos[cells] = np.arange(n)
     out = np.empty((T, n_head * hd), np.float32)
-    attn.attention(q, pos0 + np.arange(T), kc, vc, kpos, n_head, n_head_kv, hd, hd, 0.125, 0.0,
+    attention(q, pos0 + np.arange(T), kc, vc, kpos, n_head, n_head_kv, hd, hd, 0.125, 0.0,
                    n_swa, causal, out, 2)
     ref = attention_ref(q, k.astype(np.float16), v.astype(np.float16), pos0, n_head, n_head_kv,
                         0.125, 0.0, n_swa, causal)
@@ -222,10 +228,10 @@ def test_tiled_attention_rows_do_not_depend_on_their_block(n_swa):
     attn.store_kv(rng.standard_normal((T, n_head_kv * hd)).astype(np.float32), vc, np.arange(T))
     whole = np.empty((T, n_head * hd), np.float32)
     pos = np.arange(T)
-    attn.attention(q, pos, kc, vc, pos, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, True, whole)
+    attention(q, pos, kc, vc, pos, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, True, whole)
     part = np.empty((T - skip, n_head * hd), np.float32)
     assert T - skip >= attn.FA_TILE_Q and skip % attn.FA_ROWS
-    attn.attention(q[skip:], pos[skip:], kc, vc, pos, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, True, part)
+    attention(q[skip:], pos[skip:], kc, vc, pos, n_head, n_head_kv, hd, hd, 0.1, 0.0, n_swa, True, part)
     np.testing.assert_array_equal(part.view(np.uint32), whole[skip:].view(np.uint32))
 
 
@@ -251,10 +257,10 @@ def test_batched_rows_attention_is_each_row_alone(hd, softcap, n_swa, n_threads)
     seqs = np.array([2, 0, 1])           # row t attends over sequence seqs[t]
     got = np.empty((B, n_head * hd), np.float32)
     attn.attention_rows(q, qpos[seqs], kb, vb, 0, kpos, seqs, np.empty(B, np.int64), n_head, n_head_kv, hd,
-                        hd, 0.1, softcap, n_swa, got, n_threads)
+                        hd, 0.1, softcap, n_swa, got, n_threads, attn.attention_work(n_head, n_head_kv, hd, hd))
     for t, s in enumerate(seqs):
         alone = np.empty((1, n_head * hd), np.float32)
-        attn.attention(q[t:t + 1], qpos[s:s + 1], kb[s, 0], vb[s, 0], kpos[s], n_head, n_head_kv, hd, hd,
+        attention(q[t:t + 1], qpos[s:s + 1], kb[s, 0], vb[s, 0], kpos[s], n_head, n_head_kv, hd, hd,
                        0.1, softcap, n_swa, True, alone, n_threads)
         np.testing.assert_array_equal(got[t].view(np.uint32), alone[0].view(np.uint32))
 
@@ -334,7 +340,7 @@ def test_tiled_attention_bits_do_not_depend_on_cells_no_row_sees(pos0, n_swa):
     outs = []
     for kpos in (full, bare):
         out = np.empty((T, n_head * hd), np.float32)
-        attn.attention(q, pos, kc, vc, kpos, n_head, n_head_kv, hd, hd, 0.125, 0.0, n_swa, True, out)
+        attention(q, pos, kc, vc, kpos, n_head, n_head_kv, hd, hd, 0.125, 0.0, n_swa, True, out)
         outs.append(out)
     np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     ref = attention_ref(q, kc[:pos0 + T].view(np.float16), vc[:pos0 + T].view(np.float16), pos0,
