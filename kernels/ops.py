@@ -47,6 +47,13 @@ def row_max(row, a, b):
 # would cost more than the work (each row is independent, so the split never changes a result).
 
 
+@njit(cache=True, boundscheck=False, inline="always")
+def _rms_scale(s, n, eps):
+    """1 / sqrt(mean + eps) of a row's f64 sum of squares s over n values, as ggml rounds it."""
+    mean = np.float32(s / n)
+    return np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+
+
 @njit(cache=True, boundscheck=False)
 def _rms_norm_row(x, w, eps, out):
     n = x.shape[0]
@@ -54,43 +61,50 @@ def _rms_norm_row(x, w, eps, out):
     for i in range(n):
         v = x[i] * x[i]
         s += np.float64(v)
-    mean = np.float32(s / n)
-    scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+    scale = _rms_scale(s, n, eps)
     for i in range(n):
         out[i] = (x[i] * scale) * w[i]
 
 
-@njit(cache=True, boundscheck=False)
-def _rms_norm_rows4(x, w, eps, out, t, base, n):
-    """_rms_norm_row of columns base..base+n of rows t..t+3 (a row, or a head of it: w has n
-    weights), their four f64 sums side by side: each is the same serial chain (ggml's order),
-    but one chain alone waits on the add's latency every element (512 x 640 sums: 0.17 ms on
-    one thread, four at a time 0.12). out may be x."""
+@njit(cache=True, boundscheck=False, inline="always")
+def _rms_norm4(x0, x1, x2, x3, w, eps, o0, o1, o2, o3):
+    """_rms_norm_row of four rows (or heads of rows: w has their n weights) at once, each a 1-D
+    view, their f64 sums side by side: each is the same serial chain (ggml's order), but one
+    chain alone waits on the add's latency every element (512 x 640 sums: 0.17 ms on one
+    thread, four at a time 0.12). Views, not (row, column) indices: an index numba cannot
+    prove non-negative gets a wraparound test every access, which kept the loops scalar
+    (gemma3's q heads, 512 x 4 x 256, one thread: 0.52 ms, as views 0.25). out may be x."""
+    n = x0.shape[0]
     s0 = s1 = s2 = s3 = 0.0
-    for i in range(base, base + n):
-        s0 += np.float64(x[t, i] * x[t, i])
-        s1 += np.float64(x[t + 1, i] * x[t + 1, i])
-        s2 += np.float64(x[t + 2, i] * x[t + 2, i])
-        s3 += np.float64(x[t + 3, i] * x[t + 3, i])
-    for r, s in ((0, s0), (1, s1), (2, s2), (3, s3)):
-        mean = np.float32(s / n)
-        scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
-        for i in range(n):
-            out[t + r, base + i] = (x[t + r, base + i] * scale) * w[i]
+    for i in range(n):
+        s0 += np.float64(x0[i] * x0[i])
+        s1 += np.float64(x1[i] * x1[i])
+        s2 += np.float64(x2[i] * x2[i])
+        s3 += np.float64(x3[i] * x3[i])
+    c0, c1, c2, c3 = _rms_scale(s0, n, eps), _rms_scale(s1, n, eps), _rms_scale(s2, n, eps), _rms_scale(s3, n, eps)
+    for i in range(n):
+        o0[i] = (x0[i] * c0) * w[i]
+    for i in range(n):
+        o1[i] = (x1[i] * c1) * w[i]
+    for i in range(n):
+        o2[i] = (x2[i] * c2) * w[i]
+    for i in range(n):
+        o3[i] = (x3[i] * c3) * w[i]
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm(x, w, eps, out):
     """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (T, n); w: (n,); out may be x.
-    From PAR_ROWS rows on the thread pool, four rows a job (_rms_norm_rows4)."""
+    From PAR_ROWS rows on the thread pool, four rows a job (_rms_norm4)."""
     T = x.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
             _rms_norm_row(x[t], w, eps, out[t])
     else:
         for g in prange((T + 3) // 4):
-            if 4 * g + 4 <= T:
-                _rms_norm_rows4(x, w, eps, out, 4 * g, 0, x.shape[1])
+            t = 4 * g
+            if t + 4 <= T:
+                _rms_norm4(x[t], x[t + 1], x[t + 2], x[t + 3], w, eps, out[t], out[t + 1], out[t + 2], out[t + 3])
             else:
                 for t in range(4 * g, T):
                     _rms_norm_row(x[t], w, eps, out[t])
@@ -99,21 +113,31 @@ def rms_norm(x, w, eps, out):
 @njit(cache=True, boundscheck=False)
 def _rms_norm_heads_row(x, w, eps, n_heads, head_dim):
     for h in range(n_heads):
-        base = h * head_dim
-        s = 0.0
-        for i in range(head_dim):
-            v = x[base + i] * x[base + i]
-            s += np.float64(v)
-        mean = np.float32(s / head_dim)
-        scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
-        for i in range(head_dim):
-            x[base + i] = (x[base + i] * scale) * w[i]
+        xh = x[h * head_dim:(h + 1) * head_dim]
+        _rms_norm_row(xh, w, eps, xh)
+
+
+@njit(cache=True, boundscheck=False)
+def _rms_norm_heads4(x, w, eps, t, n_heads, head_dim):
+    """_rms_norm_heads_row of rows t..t+3, their (row, head) pairs four at a time in order
+    (_rms_norm4): a row's heads where it has four (gemma3's q), else heads of several rows."""
+    for p in range(0, 4 * n_heads, 4):
+        x0, x1 = _head(x, t, p, n_heads, head_dim), _head(x, t, p + 1, n_heads, head_dim)
+        x2, x3 = _head(x, t, p + 2, n_heads, head_dim), _head(x, t, p + 3, n_heads, head_dim)
+        _rms_norm4(x0, x1, x2, x3, w, eps, x0, x1, x2, x3)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _head(x, t, pair, n_heads, head_dim):
+    """Pair `pair` of rows t.. (row t + pair // n_heads, its head pair % n_heads) as a view."""
+    base = (pair % n_heads) * head_dim
+    return x[t + pair // n_heads, base:base + head_dim]
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm_heads(x, w, eps, n_heads, head_dim):
     """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm);
-    from PAR_ROWS rows on the thread pool, four rows a job."""
+    from PAR_ROWS rows on the thread pool, four rows a job (_rms_norm_heads4)."""
     T = x.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
@@ -121,8 +145,7 @@ def rms_norm_heads(x, w, eps, n_heads, head_dim):
     else:
         for g in prange((T + 3) // 4):
             if 4 * g + 4 <= T:
-                for h in range(n_heads):
-                    _rms_norm_rows4(x, w, eps, x, 4 * g, h * head_dim, head_dim)
+                _rms_norm_heads4(x, w, eps, 4 * g, n_heads, head_dim)
             else:
                 for t in range(4 * g, T):
                     _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
@@ -139,22 +162,27 @@ def _rope_angles_row(pos, theta_scale, cos_t, sin_t):
         theta = np.float32(theta * theta_scale)
 
 
+@njit(cache=True, boundscheck=False, inline="always")
+def _rotate(a, b, cos_t, sin_t):
+    """Rotate the pairs (a[i], b[i]) by the angles of cos_t[i], sin_t[i], in place."""
+    for i in range(a.shape[0]):
+        x0 = a[i]
+        x1 = b[i]
+        a[i] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
+        b[i] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
+
+
 @njit(cache=True, boundscheck=False)
 def _rope_row(x, n_heads, head_dim, n_rot, mode, cos_t, sin_t):
+    """A row's heads rotated, each pair through views (_rotate): indices numba cannot prove
+    non-negative (base + i) cost a wraparound test every access and kept the loop scalar."""
     half = n_rot // 2
     for h in range(n_heads):
-        base = h * head_dim
-        for i in range(half):
-            if mode == ROPE_NEOX:
-                a = base + i
-                b = base + i + half
-            else:
-                a = base + 2 * i
-                b = a + 1
-            x0 = x[a]
-            x1 = x[b]
-            x[a] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
-            x[b] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
+        xh = x[h * head_dim:(h + 1) * head_dim]
+        if mode == ROPE_NEOX:
+            _rotate(xh[:half], xh[half:2 * half], cos_t, sin_t)
+        else:
+            _rotate(xh[0:2 * half:2], xh[1:2 * half:2], cos_t, sin_t)
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
