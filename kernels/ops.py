@@ -13,7 +13,7 @@ from llvmlite import ir
 from numba import njit, prange
 from numba.extending import intrinsic
 
-from .actq import PAR_ROWS
+from .actq import PAR_ROWS, emit_q8_0_block
 from .quants import JIT
 from .cpu import probe
 from .ir import (F32T, HALF, I8, I16, I32, I64, Gen, add_u32, bits_f32, f32_bits, f32_to_f16, fma_f32, i64_call,
@@ -247,25 +247,31 @@ def _geglu_row(gate, up, table, out):
             out[i] = table[f32_to_f16(g)] * up[i]
 
 
+def _geglu_lanes(g, x, y, table):
+    """16 lanes of _geglu_row: gelu(x) by the f16 table (one gather), times y."""
+    b = g.b
+    v16f, v16i, v16h = vec(F32T, 16), vec(I32, 16), vec(HALF, 16)
+    zero = g.c(v16f, 0.0)
+    idx = b.zext(b.bitcast(b.fptrunc(x, v16h), vec(I16, 16)), v16i)
+    looked = g.intr("llvm.x86.avx512.mask.gather.dps.512", v16f,
+                    [zero, table, idx, g.c(vec(ir.IntType(1), 16), 1), g.c(I32, 4)])
+    r = b.select(b.fcmp_ordered(">=", x, g.c(v16f, 10.0)), b.fmul(x, y), b.fmul(looked, y))
+    return b.select(b.fcmp_ordered("<=", x, g.c(v16f, -10.0)), zero, r)
+
+
 def _emit_geglu(b, args):
     """The body of geglu_rows' function: per row, n16 vectors of 16 lanes."""
     g = Gen(b)
     gate, g_rs, up, u_rs, out, o_rs, table, n16, n_rows = args
     g_p, u_p, o_p, tab = (b.inttoptr(v, I8.as_pointer()) for v in (gate, up, out, table))
-    v16f, v16i, v16h = vec(F32T, 16), vec(I32, 16), vec(HALF, 16)
-    all_lanes = g.c(vec(ir.IntType(1), 16), 1)
-    lo, hi, zero = g.c(v16f, -10.0), g.c(v16f, 10.0), g.c(v16f, 0.0)
+    v16f = vec(F32T, 16)
 
     def row(t, acc):
         g_row, u_row, o_row = (g.at(p, b.mul(t, rs)) for p, rs in ((g_p, g_rs), (u_p, u_rs), (o_p, o_rs)))
 
         def vector(i, acc):
             off = b.mul(i, g.c(I64, 64))
-            x, y = g.load(g_row, off, v16f), g.load(u_row, off, v16f)
-            idx = b.zext(b.bitcast(b.fptrunc(x, v16h), vec(I16, 16)), v16i)
-            looked = g.intr("llvm.x86.avx512.mask.gather.dps.512", v16f, [zero, tab, idx, all_lanes, g.c(I32, 4)])
-            r = b.select(b.fcmp_ordered(">=", x, hi), b.fmul(x, y), b.fmul(looked, y))
-            r = b.select(b.fcmp_ordered("<=", x, lo), zero, r)
+            r = _geglu_lanes(g, g.load(g_row, off, v16f), g.load(u_row, off, v16f), tab)
             b.store(r, b.bitcast(g.at(o_row, off), v16f.as_pointer())).align = 4
             return acc
 
@@ -273,6 +279,54 @@ def _emit_geglu(b, args):
         return acc
 
     _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
+def _emit_geglu_q8_0(b, args):
+    """The body of geglu_q8_0_rows' function: per row, n_kb blocks of two 16-lane vectors."""
+    g = Gen(b)
+    gate, g_rs, up, u_rs, xq, q_rs, xd, d_rs, table, n_kb, n_rows = args
+    g_p, u_p, q_p, d_p, tab = (b.inttoptr(v, I8.as_pointer()) for v in (gate, up, xq, xd, table))
+    v16f = vec(F32T, 16)
+
+    def row(t, acc):
+        g_row, u_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in
+                                      ((g_p, g_rs), (u_p, u_rs), (q_p, q_rs), (d_p, d_rs)))
+
+        def block(kb, acc):
+            offs = [b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)) for h in range(2)]
+            halves = [_geglu_lanes(g, g.load(g_row, o, v16f), g.load(u_row, o, v16f), tab) for o in offs]
+            emit_q8_0_block(g, halves, q_row, d_row, kb)
+            return acc
+
+        _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
+        return acc
+
+    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
+@intrinsic
+def geglu_q8_0_rows(typingctx, gate, g_rs, up, u_rs, xq, q_rs, xd, d_rs, table, n_kb, n_rows):
+    """run(gate, g_rs, up, u_rs, xq, q_rs, xd, d_rs, table, n_kb, n_rows) at int64 addresses and
+    byte strides: n_rows rows of geglu_rows (32 n_kb values) quantised as quantize_q8_0_rows
+    quantises them, block by block in registers, never stored as floats."""
+    return i64_call(11, "dasllama_geglu_q8_0_rows", _emit_geglu_q8_0)
+
+
+geglu_q8_0_rows._set_uuid("dasllama.ops.geglu_q8_0_rows")     # a stable disk-cache key
+
+
+@njit(cache=True, boundscheck=False, parallel=True)
+def geglu_q8_0(gate, up, table, xq, xd):
+    """xq, xd (T, n) int8 and (T, n // 32) = ggml's Q8_0 quantisation (quantize_row_q8_0) of
+    geglu(gate, up, table): the down projection's activations of a batch without its float
+    rows (a pass over 4 MB written and read again, per gemma3 layer at pp512, saved). n a
+    multiple of 32, GATHER16, PAR_ROWS rows a job."""
+    T = gate.shape[0]
+    for j in prange((T + PAR_ROWS - 1) // PAR_ROWS):
+        t0 = j * PAR_ROWS
+        geglu_q8_0_rows(gate[t0:].ctypes.data, gate.strides[0], up[t0:].ctypes.data, up.strides[0],
+                        xq[t0:].ctypes.data, xq.strides[0], xd[t0:].ctypes.data, xd.strides[0],
+                        table.ctypes.data, gate.shape[1] // 32, min(PAR_ROWS, T - t0))
 
 
 @intrinsic

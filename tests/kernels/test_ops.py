@@ -139,6 +139,28 @@ def test_geglu_lanes_equal_the_scalar_rows():
     np.testing.assert_array_equal(few.view(np.uint32), rows[:4].view(np.uint32))
 
 
+
+@pytest.mark.skipif(not ops.GATHER16, reason="the fused GeGLU quantiser takes AVX-512's gather")
+def test_geglu_q8_0_is_geglu_then_its_quantisation():
+    # a batch's GeGLU quantised for the down projection in registers: the Q8_0 bits of
+    # quantize_act over geglu's floats (a ragged last job of rows, +-10 edges, a zero block)
+    from dasllama.kernels import actq
+    from dasllama.kernels.matmul import quantize_act
+    T, n = 2 * ops.PAR_ROWS + 5, 320
+    gate = (rng.standard_normal((T, n)) * 6).astype(np.float32)
+    gate[0, :6] = (-10.0, 10.0, -11.0, 11.0, 9.99, -0.0)
+    gate[3, 32:64] = -20.0                       # a block of zeros: scale 0
+    up = rng.standard_normal((T, n)).astype(np.float32)
+    tab = ops.gelu_table()
+    hid = np.empty_like(gate)
+    ops.geglu(gate, up, tab, hid)
+    want = actq.act_buffers(T, n)
+    quantize_act(actq.ACT_Q8_0, hid, *want)
+    xq, xd = np.zeros((T, n), np.int8), np.zeros((T, n // 32), np.float32)
+    ops.geglu_q8_0(gate, up, tab, xq, xd)
+    np.testing.assert_array_equal(xq, want[0])
+    np.testing.assert_array_equal(xd.view(np.uint32), want[1].view(np.uint32))
+
 def test_swiglu():
     gate = rng.standard_normal((4, 300)).astype(np.float32) * 4
     up = rng.standard_normal((4, 300)).astype(np.float32)
