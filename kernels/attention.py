@@ -462,8 +462,6 @@ def _scores_masked(row, kpos, ic, n_kv, p, scale, softcap, n_swa, causal):
 
 
 _o1, _o2, _o3, _o4 = (outer_tile(r, 4, FA_LANES) for r in (1, 2, 3, 4))
-# FA_R rows of 1, 2 or 3 vectors: the score columns of a tile's first cells (_tiled_block)
-_n1, _n2, _n3 = (outer_tile(FA_R, w, FA_LANES) for w in (1, 2, 3))
 
 
 @njit(cache=True, inline="always")
@@ -477,20 +475,6 @@ def _outer(rows, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
         _o2(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
     else:
         _o1(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-
-
-@njit(cache=True, inline="always")
-def _outer_cols(rows, width, a, a_rs, a_ks, b, b_rs, c, c_rs, k):
-    """_outer over the first `width` vectors of FA_COLS columns where rows == FA_R, else over
-    all FA_COLS (the extra columns are the caller's to ignore)."""
-    if width == 4 or rows != FA_R:
-        _outer(rows, a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-    elif width == 3:
-        _n3(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-    elif width == 2:
-        _n2(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
-    else:
-        _n1(a, a_rs, a_ks, b, b_rs, c, c_rs, k)
 
 
 @njit(cache=True, parallel=True, boundscheck=False)
@@ -578,8 +562,9 @@ def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, h
             continue
         # the tile's occupied positions (whole: all its cells), and the columns a row of the
         # block may see: past the last cell in the block's span (a causal diagonal, a window's
-        # edge) every row's scores are masked, so those columns' scores and values are skipped
-        # (a value times a zero probability adds nothing: ggml's fma there leaves the sum as is)
+        # edge) every row's scores are masked, so those columns' chunks of FA_COLS scores and
+        # their values are skipped (a value times a zero probability adds nothing: ggml's fma
+        # there leaves the sum as is)
         whole = ic + FA_TILE_KV <= n_kv
         k_lo, k_hi = kpos[ic], kpos[ic]
         n_cols = 0
@@ -595,14 +580,12 @@ def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, h
         # the scores' fma chains run over head_dim in chunks of FA_DC, each chunk against
         # every row of the block while its keys (FA_DC x FA_COLS) stay in L1; the chains
         # pass through kq between chunks, which stores and reloads them exactly
-        n_vec = (n_cols + FA_LANES - 1) // FA_LANES
-        for c0 in range(0, n_vec * FA_LANES, FA_COLS):
-            width = min(4, n_vec - c0 // FA_LANES)
+        for c0 in range(0, n_cols, FA_COLS):
             for d0 in range(0, head_dim, FA_DC):
                 for r in range(0, nr, FA_R):
-                    _outer_cols(min(FA_R, nr - r), width, q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
-                                k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
-                                kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
+                    _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
+                           k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
+                           kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
         for r in range(nr):
             p = qpos[t0 + r]
             row = kq[r]

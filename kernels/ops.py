@@ -95,16 +95,15 @@ def _rms_norm4(x0, x1, x2, x3, w, eps, o0, o1, o2, o3):
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm(x, w, eps, out):
     """out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.  x, out: (T, n); w: (n,); out may be x.
-    From PAR_ROWS rows on the thread pool, four rows a job (_rms_norm4)."""
+    From PAR_ROWS rows on the thread pool, four rows a job (_rms_norm_rows4)."""
     T = x.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
             _rms_norm_row(x[t], w, eps, out[t])
     else:
         for g in prange((T + 3) // 4):
-            t = 4 * g
-            if t + 4 <= T:
-                _rms_norm4(x[t], x[t + 1], x[t + 2], x[t + 3], w, eps, out[t], out[t + 1], out[t + 2], out[t + 3])
+            if 4 * g + 4 <= T:
+                _rms_norm_rows4(x, w, eps, out, 4 * g, 1, x.shape[1])
             else:
                 for t in range(4 * g, T):
                     _rms_norm_row(x[t], w, eps, out[t])
@@ -118,13 +117,16 @@ def _rms_norm_heads_row(x, w, eps, n_heads, head_dim):
 
 
 @njit(cache=True, boundscheck=False)
-def _rms_norm_heads4(x, w, eps, t, n_heads, head_dim):
-    """_rms_norm_heads_row of rows t..t+3, their (row, head) pairs four at a time in order
-    (_rms_norm4): a row's heads where it has four (gemma3's q), else heads of several rows."""
+def _rms_norm_rows4(x, w, eps, out, t, n_heads, head_dim):
+    """Rows t..t+3 of x (T, n_heads * head_dim) normalised into out (may be x), each head by
+    itself (rms_norm: one head the row's width), their (row, head) pairs four at a time in
+    order (_rms_norm4): a row's heads where it has four (gemma3's q), else heads of several
+    rows. One function for both ops (a compile each cost the cold start)."""
     for p in range(0, 4 * n_heads, 4):
-        x0, x1 = _head(x, t, p, n_heads, head_dim), _head(x, t, p + 1, n_heads, head_dim)
-        x2, x3 = _head(x, t, p + 2, n_heads, head_dim), _head(x, t, p + 3, n_heads, head_dim)
-        _rms_norm4(x0, x1, x2, x3, w, eps, x0, x1, x2, x3)
+        _rms_norm4(_head(x, t, p, n_heads, head_dim), _head(x, t, p + 1, n_heads, head_dim),
+                   _head(x, t, p + 2, n_heads, head_dim), _head(x, t, p + 3, n_heads, head_dim), w, eps,
+                   _head(out, t, p, n_heads, head_dim), _head(out, t, p + 1, n_heads, head_dim),
+                   _head(out, t, p + 2, n_heads, head_dim), _head(out, t, p + 3, n_heads, head_dim))
 
 
 @njit(cache=True, boundscheck=False, inline="always")
@@ -137,7 +139,7 @@ def _head(x, t, pair, n_heads, head_dim):
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm_heads(x, w, eps, n_heads, head_dim):
     """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm);
-    from PAR_ROWS rows on the thread pool, four rows a job (_rms_norm_heads4)."""
+    from PAR_ROWS rows on the thread pool, four rows a job (_rms_norm_rows4)."""
     T = x.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
@@ -145,7 +147,7 @@ def rms_norm_heads(x, w, eps, n_heads, head_dim):
     else:
         for g in prange((T + 3) // 4):
             if 4 * g + 4 <= T:
-                _rms_norm_heads4(x, w, eps, 4 * g, n_heads, head_dim)
+                _rms_norm_rows4(x, w, eps, x, 4 * g, n_heads, head_dim)
             else:
                 for t in range(4 * g, T):
                     _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
