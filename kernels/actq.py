@@ -81,31 +81,39 @@ def quantize_row_q8_0(x, xq, xd, xa, with_sums):
 V16F, V16I, V16B8 = vec(F32T, 16), vec(I32, 16), vec(I8, 16)
 
 
+def emit_q8_0_block(g, halves, q_row, d_row, kb):
+    """Block kb of a row as quantize_row_q8_0 (ggml's) writes it, from its 32 floats in two
+    16-lane vectors: the int8 quants at q_row + 32 kb, the f16-rounded scale as float32 at
+    d_row + 4 kb (i8 pointers)."""
+    b = g.b
+    vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
+    abs_mask = g.c(V16I, 0x7FFFFFFF)
+    mags = [b.bitcast(b.and_(b.bitcast(v, V16I), abs_mask), V16F) for v in halves]
+    amax = g.reduce_tree(vmax(*mags), vmax)
+    d = b.fdiv(amax, ir.Constant(F32T, 127.0))
+    inv = b.select(b.fcmp_ordered("!=", amax, ir.Constant(F32T, 0.0)),
+                   b.fdiv(ir.Constant(F32T, 127.0), amax), ir.Constant(F32T, 0.0))
+    inv16 = g.splat(inv, 16)
+    for h, v in enumerate(halves):
+        q = g.intr("llvm.roundeven.v16f32", V16F, [b.fmul(v, inv16)])
+        ptr = b.bitcast(g.at(q_row, b.add(b.mul(kb, g.c(I64, 32)), g.c(I64, 16 * h))), V16B8.as_pointer())
+        b.store(b.trunc(b.fptosi(q, V16I), V16B8), ptr).align = 1
+    d_at = b.bitcast(g.at(d_row, b.mul(kb, g.c(I64, 4))), F32T.as_pointer())
+    b.store(b.fpext(b.fptrunc(d, ir.HalfType()), F32T), d_at).align = 4
+
+
 def _emit_quantize(b, args):
     """The body of quantize_q8_0_rows' function."""
     g = Gen(b)
     x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows = args
     x_p, q_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, xq, xd))
-    vmax = lambda a, c: g.intr("llvm.maxnum.v16f32", V16F, [a, c])
-    abs_mask = g.c(V16I, 0x7FFFFFFF)
 
     def row(t, acc):
         x_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in ((x_p, x_rs), (q_p, xq_rs), (d_p, xd_rs)))
 
         def block(kb, acc):
             halves = [g.load(x_row, b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)), V16F) for h in range(2)]
-            mags = [b.bitcast(b.and_(b.bitcast(v, V16I), abs_mask), V16F) for v in halves]
-            amax = g.reduce_tree(vmax(*mags), vmax)
-            d = b.fdiv(amax, ir.Constant(F32T, 127.0))
-            inv = b.select(b.fcmp_ordered("!=", amax, ir.Constant(F32T, 0.0)),
-                           b.fdiv(ir.Constant(F32T, 127.0), amax), ir.Constant(F32T, 0.0))
-            inv16 = g.splat(inv, 16)
-            for h, v in enumerate(halves):
-                q = g.intr("llvm.roundeven.v16f32", V16F, [b.fmul(v, inv16)])
-                ptr = b.bitcast(g.at(q_row, b.add(b.mul(kb, g.c(I64, 32)), g.c(I64, 16 * h))), V16B8.as_pointer())
-                b.store(b.trunc(b.fptosi(q, V16I), V16B8), ptr).align = 1
-            d_at = b.bitcast(g.at(d_row, b.mul(kb, g.c(I64, 4))), F32T.as_pointer())
-            b.store(b.fpext(b.fptrunc(d, ir.HalfType()), F32T), d_at).align = 4
+            emit_q8_0_block(g, halves, q_row, d_row, kb)
             return acc
 
         _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)

@@ -11,7 +11,8 @@ from numba import njit, prange
 from .actq import PAR_ROWS, round_f16
 from .cpu import llvm_has, probe
 from .dots import hsum8
-from .fa_tiles import MAD, MAD_HALVES, SCALE, SCALE_HALVES, f16_dot_lanes, f16_round_lanes, outer_tile
+from .fa_tiles import (MAD, MAD_HALVES, SCALE, SCALE_HALVES, f16_dot_lanes, f16_round_lanes, outer_tile,
+                       softmax_row)
 from .ir import f16_to_f32, f32_bits, f32_to_f16, fma_f32, keep_alive
 from .ops import EXP_LANES, row_max, v_expf
 
@@ -430,16 +431,17 @@ def _key_tile(cache, n, off, width, dst, tile):
     """dst[tile, d, k] = cache[64 tile + k, off + d] as f32, zero past n: a key tile
     transposed (features by keys, as ggml packs it) and contiguous, so the score tile's k loop
     walks 256-byte rows rather than rows one cache-size stride apart (which thrashed L1 and L2:
-    ~8x slower scores)."""
+    ~8x slower scores). Written a feature at a time from a column view (a key at a time, each
+    store 256 bytes from the last: 0.21 ms a gemma3 layer at pp512 on one thread, now 0.03)."""
     j0 = tile * FA_TILE_KV
-    for k in range(FA_TILE_KV):
-        j = j0 + k
-        if j < n:
-            for d in range(width):
-                dst[tile, d, k] = f16_to_f32(cache[j, off + d])
-        else:
-            for d in range(width):
-                dst[tile, d, k] = 0.0
+    k_in = max(0, min(FA_TILE_KV, n - j0))
+    for d in range(width):
+        row = dst[tile, d]
+        col = cache[j0:j0 + k_in, off + d]
+        for k in range(k_in):
+            row[k] = f16_to_f32(col[k])
+        for k in range(k_in, FA_TILE_KV):
+            row[k] = 0.0
 
 
 @njit(cache=True, boundscheck=False)
@@ -455,20 +457,52 @@ def _value_tile(cache, n, off, width, dst, tile):
                 dst[tile, c, k, i] = f16_to_f32(cache[j, off + d]) if j < n and d < width else 0.0
 
 
-@njit(cache=True, boundscheck=False)
-def _scores_exp(row, m):
-    """row[k] = ggml_v_expf(row[k] - m) over the tile, as one flat (vectorisable) loop; masked
-    keys hold -inf and give 0. Returns the sum in ggml_vec_soft_max_f32's order: per EXP_LANES
-    lanes a horizontal sum, added in double."""
+_softmax_ir = softmax_row(FA_TILE_KV, False)
+_softmax_ir_masked = softmax_row(FA_TILE_KV, True)
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _softmax_row(row, kpos, lo, hi, scale, masked, m_old, res):
+    """One query row of a key tile (FA_TILE_KV raw scores at row): each score times scale, -inf
+    where `masked` and the cell's position (kpos[k]) is out of [lo, hi]; then with the running
+    max m = max(m_old, the tile's max), row[k] = ggml_v_expf(row[k] - m). res (2,): the tile's
+    max and the sum of the exps in ggml_vec_soft_max_f32's order (per EXP_LANES lanes a
+    horizontal sum, added in double). 16 lanes in IR (fa_tiles.softmax_row), else numba's."""
+    if EXP_LANES == 16:
+        scale_bits, m_bits = f32_bits(np.float32(scale)), f32_bits(m_old)
+        if masked:
+            _softmax_ir_masked(row.ctypes.data, kpos.ctypes.data, lo, hi, scale_bits, m_bits, res.ctypes.data)
+        else:
+            _softmax_ir(row.ctypes.data, kpos.ctypes.data, lo, hi, scale_bits, m_bits, res.ctypes.data)
+        return
+    for k in range(FA_TILE_KV):
+        ok = (kpos[k] <= hi) & (kpos[k] >= lo) if masked else True
+        row[k] = row[k] * np.float32(scale) if ok else np.float32(-np.inf)
+    tile_max = row_max(row, 0, FA_TILE_KV)
+    m = max(m_old, tile_max)
     for k in range(FA_TILE_KV):
         row[k] = v_expf(row[k] - m)
     total = 0.0
     for c in range(0, FA_TILE_KV, EXP_LANES):
-        if EXP_LANES == 16:
-            total += np.float64(_reduce16(row[c:c + 16]))
+        total += np.float64(hsum8(row[c:c + 8]))
+    res[0] = tile_max
+    res[1] = total
+
+
+@njit(cache=True, boundscheck=False)
+def _scores_masked(row, kpos, ic, n_kv, p, scale, softcap, n_swa, causal):
+    """A key tile's raw scores at row scaled (soft-capped: softcap * tanh(s * scale)) where the
+    query at position p sees the cell (`sees`), -inf elsewhere and past n_kv: for the tiles
+    _softmax_row's two bounds do not describe (a soft cap, empty cells, the cache's end)."""
+    for tk in range(FA_TILE_KV):
+        j = ic + tk
+        if j < n_kv and sees(kpos[j], p, n_swa, causal):
+            if softcap != 0.0:
+                row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
+            else:
+                row[tk] = row[tk] * np.float32(scale)
         else:
-            total += np.float64(hsum8(row[c:c + 8]))
-    return total
+            row[tk] = np.float32(-np.inf)
 
 
 _o1, _o2, _o3, _o4 = (outer_tile(r, 4, FA_LANES) for r in (1, 2, 3, 4))
@@ -541,9 +575,13 @@ def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, h
     M = np.full(FA_ROWS, -np.inf, np.float32)
     S = np.zeros(FA_ROWS, np.float32)
     live = np.zeros(FA_ROWS, np.bool_)
+    res = np.empty(2, np.float64)
     p_lo, p_hi = qpos[t0], qpos[t0]
     for r in range(nr):
         p_lo, p_hi = min(p_lo, qpos[t0 + r]), max(p_hi, qpos[t0 + r])
+    # the positions some row of the block may see
+    span_hi = p_hi if causal else np.int64(2**62)
+    span_lo = p_lo - n_swa + 1 if n_swa > 0 else np.int64(-2**62)
     for ic in range(0, n_kv, FA_TILE_KV):
         ic1 = min(ic + FA_TILE_KV, n_kv)
         # the tile's occupied positions: a tile wholly after the block's last query (causal) or
@@ -566,59 +604,45 @@ def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, h
                 break
         if not seen:
             continue
+        # the tile's occupied positions (whole: all its cells), and the columns a row of the
+        # block may see: past the last cell in the block's span (a causal diagonal, a window's
+        # edge) every row's scores are masked, so those columns' chunks of FA_COLS scores and
+        # their values are skipped (a value times a zero probability adds nothing: ggml's fma
+        # there leaves the sum as is)
+        whole = ic + FA_TILE_KV <= n_kv
+        k_lo, k_hi = kpos[ic], kpos[ic]
+        n_cols = 0
+        for j in range(ic, ic1):
+            whole = whole and kpos[j] >= 0
+            k_lo, k_hi = min(k_lo, kpos[j]), max(k_hi, kpos[j])
+            if span_lo <= kpos[j] <= span_hi:
+                n_cols = j - ic + 1
+        if not whole or softcap != 0.0:
+            n_cols = FA_TILE_KV
         kq[:, :] = 0.0
         k_tile = kf_p + ((g * n_tiles + ic // FA_TILE_KV) * head_dim) * FA_TILE_KV * 4
         # the scores' fma chains run over head_dim in chunks of FA_DC, each chunk against
         # every row of the block while its keys (FA_DC x FA_COLS) stay in L1; the chains
         # pass through kq between chunks, which stores and reloads them exactly
-        for c0 in range(0, FA_TILE_KV, FA_COLS):
+        for c0 in range(0, n_cols, FA_COLS):
             for d0 in range(0, head_dim, FA_DC):
                 for r in range(0, nr, FA_R):
                     _outer(min(FA_R, nr - r), q_p + (t0 + r) * qs + (h * head_dim + d0) * 4, qs, 4,
                            k_tile + (d0 * FA_TILE_KV + c0) * 4, FA_TILE_KV * 4,
                            kq_p + r * kq_rs + c0 * 4, kq_rs, min(FA_DC, head_dim - d0))
-        # the tile's occupied positions, for rows that see all of it (the mask's loop below
-        # costs as much as a third of the fmas; a row that sees the whole tile skips it)
-        whole = ic + FA_TILE_KV <= n_kv
-        k_lo, k_hi = kpos[ic], kpos[ic]
-        for j in range(ic, ic1):
-            whole = whole and kpos[j] >= 0
-            k_lo, k_hi = min(k_lo, kpos[j]), max(k_hi, kpos[j])
         for r in range(nr):
             p = qpos[t0 + r]
             row = kq[r]
-            n_seen = 0
-            if (whole and softcap == 0.0 and (not causal or k_hi <= p)
-                    and (n_swa <= 0 or p - k_lo < n_swa)):
-                n_seen = FA_TILE_KV
-                for tk in range(FA_TILE_KV):
-                    row[tk] = row[tk] * np.float32(scale)
-            elif whole and softcap == 0.0:
-                # the diagonal (or the window's edge): `sees` for occupied cells as two bounds
-                # on the position, branch-free so the loop vectorises (the mask's loop below
-                # took ~0.6 ms of a pp512 layer's 7 on one thread)
-                hi = p if causal else np.int64(2**62)
-                lo = p - n_swa + 1 if n_swa > 0 else np.int64(-2**62)
-                for tk in range(FA_TILE_KV):
-                    kp = kpos[ic + tk]
-                    ok = (kp <= hi) & (kp >= lo)
-                    row[tk] = row[tk] * np.float32(scale) if ok else np.float32(-np.inf)
-                    n_seen += np.int64(ok)
-            for tk in range(FA_TILE_KV if n_seen == 0 and not (whole and softcap == 0.0) else 0):
-                j = ic + tk
-                if j < n_kv and sees(kpos[j], p, n_swa, causal):
-                    n_seen += 1
-                    if softcap != 0.0:
-                        row[tk] = np.float32(math.tanh(row[tk] * np.float32(scale))) * np.float32(softcap)
-                    else:
-                        row[tk] = row[tk] * np.float32(scale)
-                else:
-                    row[tk] = np.float32(-np.inf)
-            live[r] = False                 # all cells masked: ggml skips the row
-            if n_seen == 0:
-                continue
-            tile_max = row_max(row, 0, FA_TILE_KV)
-            live[r] = tile_max != -np.inf
+            hi = p if causal else np.int64(2**62)
+            lo = p - n_swa + 1 if n_swa > 0 else np.int64(-2**62)
+            if whole and softcap == 0.0:
+                # `sees` for the tile's occupied cells as two bounds on their position
+                _softmax_row(row, kpos[ic:], lo, hi, scale, not (lo <= k_lo and k_hi <= hi), M[r], res)
+            else:
+                _scores_masked(row, kpos, ic, n_kv, p, scale, softcap, n_swa, causal)
+                _softmax_row(row, kpos[ic:], lo, hi, np.float32(1.0), False, M[r], res)
+            tile_max = np.float32(res[0])
+            live[r] = tile_max != -np.inf   # all cells masked: ggml skips the row
             if not live[r]:
                 continue
             m_new = max(M[r], tile_max)
@@ -628,8 +652,7 @@ def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, h
                     acc[r, d] = acc[r, d] * ms
                 S[r] = S[r] * ms
             M[r] = m_new
-            total = _scores_exp(row, m_new)
-            S[r] = np.float32(np.float64(S[r]) + total)
+            S[r] = np.float32(np.float64(S[r]) + res[1])
         v_tile = vf_p + (g * n_tiles + ic // FA_TILE_KV) * n_chunks * FA_TILE_KV * FA_COLS * 4
         all_live = True
         for r in range(nr):
@@ -640,7 +663,7 @@ def _tiled_block(h, t0, q, qpos, kf, vf, kpos, n_kv, n_tiles, n_chunks, group, h
                 if live[r]:
                     _outer(min(step, nr - r), kq_p + r * kq_rs, kq_rs, 4,
                            v_tile + c * FA_TILE_KV * FA_COLS * 4, FA_COLS * 4,
-                           acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, FA_TILE_KV)
+                           acc_p + (r * hdv_pad + c * FA_COLS) * 4, hdv_pad * 4, n_cols)
     for r in range(nr):
         inv = np.float32(0.0) if S[r] == 0.0 else np.float32(1.0) / S[r]
         for d in range(head_dim_v):

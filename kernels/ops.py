@@ -13,7 +13,7 @@ from llvmlite import ir
 from numba import njit, prange
 from numba.extending import intrinsic
 
-from .actq import PAR_ROWS
+from .actq import PAR_ROWS, emit_q8_0_block
 from .quants import JIT
 from .cpu import probe
 from .ir import (F32T, HALF, I8, I16, I32, I64, Gen, add_u32, bits_f32, f32_bits, f32_to_f16, fma_f32, i64_call,
@@ -47,6 +47,13 @@ def row_max(row, a, b):
 # would cost more than the work (each row is independent, so the split never changes a result).
 
 
+@njit(cache=True, boundscheck=False, inline="always")
+def _rms_scale(s, n, eps):
+    """1 / sqrt(mean + eps) of a row's f64 sum of squares s over n values, as ggml rounds it."""
+    mean = np.float32(s / n)
+    return np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+
+
 @njit(cache=True, boundscheck=False)
 def _rms_norm_row(x, w, eps, out):
     n = x.shape[0]
@@ -54,29 +61,35 @@ def _rms_norm_row(x, w, eps, out):
     for i in range(n):
         v = x[i] * x[i]
         s += np.float64(v)
-    mean = np.float32(s / n)
-    scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
+    scale = _rms_scale(s, n, eps)
     for i in range(n):
         out[i] = (x[i] * scale) * w[i]
 
 
-@njit(cache=True, boundscheck=False)
-def _rms_norm_rows4(x, w, eps, out, t, base, n):
-    """_rms_norm_row of columns base..base+n of rows t..t+3 (a row, or a head of it: w has n
-    weights), their four f64 sums side by side: each is the same serial chain (ggml's order),
-    but one chain alone waits on the add's latency every element (512 x 640 sums: 0.17 ms on
-    one thread, four at a time 0.12). out may be x."""
+@njit(cache=True, boundscheck=False, inline="always")
+def _rms_norm4(x0, x1, x2, x3, w, eps, o0, o1, o2, o3):
+    """_rms_norm_row of four rows (or heads of rows: w has their n weights) at once, each a 1-D
+    view, their f64 sums side by side: each is the same serial chain (ggml's order), but one
+    chain alone waits on the add's latency every element (512 x 640 sums: 0.17 ms on one
+    thread, four at a time 0.12). Views, not (row, column) indices: an index numba cannot
+    prove non-negative gets a wraparound test every access, which kept the loops scalar
+    (gemma3's q heads, 512 x 4 x 256, one thread: 0.52 ms, as views 0.25). out may be x."""
+    n = x0.shape[0]
     s0 = s1 = s2 = s3 = 0.0
-    for i in range(base, base + n):
-        s0 += np.float64(x[t, i] * x[t, i])
-        s1 += np.float64(x[t + 1, i] * x[t + 1, i])
-        s2 += np.float64(x[t + 2, i] * x[t + 2, i])
-        s3 += np.float64(x[t + 3, i] * x[t + 3, i])
-    for r, s in ((0, s0), (1, s1), (2, s2), (3, s3)):
-        mean = np.float32(s / n)
-        scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
-        for i in range(n):
-            out[t + r, base + i] = (x[t + r, base + i] * scale) * w[i]
+    for i in range(n):
+        s0 += np.float64(x0[i] * x0[i])
+        s1 += np.float64(x1[i] * x1[i])
+        s2 += np.float64(x2[i] * x2[i])
+        s3 += np.float64(x3[i] * x3[i])
+    c0, c1, c2, c3 = _rms_scale(s0, n, eps), _rms_scale(s1, n, eps), _rms_scale(s2, n, eps), _rms_scale(s3, n, eps)
+    for i in range(n):
+        o0[i] = (x0[i] * c0) * w[i]
+    for i in range(n):
+        o1[i] = (x1[i] * c1) * w[i]
+    for i in range(n):
+        o2[i] = (x2[i] * c2) * w[i]
+    for i in range(n):
+        o3[i] = (x3[i] * c3) * w[i]
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
@@ -90,7 +103,7 @@ def rms_norm(x, w, eps, out):
     else:
         for g in prange((T + 3) // 4):
             if 4 * g + 4 <= T:
-                _rms_norm_rows4(x, w, eps, out, 4 * g, 0, x.shape[1])
+                _rms_norm_rows4(x, w, eps, out, 4 * g, 1, x.shape[1])
             else:
                 for t in range(4 * g, T):
                     _rms_norm_row(x[t], w, eps, out[t])
@@ -99,21 +112,34 @@ def rms_norm(x, w, eps, out):
 @njit(cache=True, boundscheck=False)
 def _rms_norm_heads_row(x, w, eps, n_heads, head_dim):
     for h in range(n_heads):
-        base = h * head_dim
-        s = 0.0
-        for i in range(head_dim):
-            v = x[base + i] * x[base + i]
-            s += np.float64(v)
-        mean = np.float32(s / head_dim)
-        scale = np.float32(1.0) / np.float32(math.sqrt(mean + np.float32(eps)))
-        for i in range(head_dim):
-            x[base + i] = (x[base + i] * scale) * w[i]
+        xh = x[h * head_dim:(h + 1) * head_dim]
+        _rms_norm_row(xh, w, eps, xh)
+
+
+@njit(cache=True, boundscheck=False)
+def _rms_norm_rows4(x, w, eps, out, t, n_heads, head_dim):
+    """Rows t..t+3 of x (T, n_heads * head_dim) normalised into out (may be x), each head by
+    itself (rms_norm: one head the row's width), their (row, head) pairs four at a time in
+    order (_rms_norm4): a row's heads where it has four (gemma3's q), else heads of several
+    rows. One function for both ops (a compile each cost the cold start)."""
+    for p in range(0, 4 * n_heads, 4):
+        _rms_norm4(_head(x, t, p, n_heads, head_dim), _head(x, t, p + 1, n_heads, head_dim),
+                   _head(x, t, p + 2, n_heads, head_dim), _head(x, t, p + 3, n_heads, head_dim), w, eps,
+                   _head(out, t, p, n_heads, head_dim), _head(out, t, p + 1, n_heads, head_dim),
+                   _head(out, t, p + 2, n_heads, head_dim), _head(out, t, p + 3, n_heads, head_dim))
+
+
+@njit(cache=True, boundscheck=False, inline="always")
+def _head(x, t, pair, n_heads, head_dim):
+    """Pair `pair` of rows t.. (row t + pair // n_heads, its head pair % n_heads) as a view."""
+    base = (pair % n_heads) * head_dim
+    return x[t + pair // n_heads, base:base + head_dim]
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
 def rms_norm_heads(x, w, eps, n_heads, head_dim):
     """In-place RMSNorm of each head of x (T, n_heads*head_dim) with w (head_dim,) (QK-norm);
-    from PAR_ROWS rows on the thread pool, four rows a job."""
+    from PAR_ROWS rows on the thread pool, four rows a job (_rms_norm_rows4)."""
     T = x.shape[0]
     if T < PAR_ROWS:
         for t in range(T):
@@ -121,8 +147,7 @@ def rms_norm_heads(x, w, eps, n_heads, head_dim):
     else:
         for g in prange((T + 3) // 4):
             if 4 * g + 4 <= T:
-                for h in range(n_heads):
-                    _rms_norm_rows4(x, w, eps, x, 4 * g, h * head_dim, head_dim)
+                _rms_norm_rows4(x, w, eps, x, 4 * g, n_heads, head_dim)
             else:
                 for t in range(4 * g, T):
                     _rms_norm_heads_row(x[t], w, eps, n_heads, head_dim)
@@ -139,22 +164,27 @@ def _rope_angles_row(pos, theta_scale, cos_t, sin_t):
         theta = np.float32(theta * theta_scale)
 
 
+@njit(cache=True, boundscheck=False, inline="always")
+def _rotate(a, b, cos_t, sin_t):
+    """Rotate the pairs (a[i], b[i]) by the angles of cos_t[i], sin_t[i], in place."""
+    for i in range(a.shape[0]):
+        x0 = a[i]
+        x1 = b[i]
+        a[i] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
+        b[i] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
+
+
 @njit(cache=True, boundscheck=False)
 def _rope_row(x, n_heads, head_dim, n_rot, mode, cos_t, sin_t):
+    """A row's heads rotated, each pair through views (_rotate): indices numba cannot prove
+    non-negative (base + i) cost a wraparound test every access and kept the loop scalar."""
     half = n_rot // 2
     for h in range(n_heads):
-        base = h * head_dim
-        for i in range(half):
-            if mode == ROPE_NEOX:
-                a = base + i
-                b = base + i + half
-            else:
-                a = base + 2 * i
-                b = a + 1
-            x0 = x[a]
-            x1 = x[b]
-            x[a] = fma_f32(x0, cos_t[i], -(x1 * sin_t[i]))
-            x[b] = fma_f32(x0, sin_t[i], x1 * cos_t[i])
+        xh = x[h * head_dim:(h + 1) * head_dim]
+        if mode == ROPE_NEOX:
+            _rotate(xh[:half], xh[half:2 * half], cos_t, sin_t)
+        else:
+            _rotate(xh[0:2 * half:2], xh[1:2 * half:2], cos_t, sin_t)
 
 
 @njit(cache=True, boundscheck=False, parallel=True)
@@ -219,25 +249,31 @@ def _geglu_row(gate, up, table, out):
             out[i] = table[f32_to_f16(g)] * up[i]
 
 
+def _geglu_lanes(g, x, y, table):
+    """16 lanes of _geglu_row: gelu(x) by the f16 table (one gather), times y."""
+    b = g.b
+    v16f, v16i, v16h = vec(F32T, 16), vec(I32, 16), vec(HALF, 16)
+    zero = g.c(v16f, 0.0)
+    idx = b.zext(b.bitcast(b.fptrunc(x, v16h), vec(I16, 16)), v16i)
+    looked = g.intr("llvm.x86.avx512.mask.gather.dps.512", v16f,
+                    [zero, table, idx, g.c(vec(ir.IntType(1), 16), 1), g.c(I32, 4)])
+    r = b.select(b.fcmp_ordered(">=", x, g.c(v16f, 10.0)), b.fmul(x, y), b.fmul(looked, y))
+    return b.select(b.fcmp_ordered("<=", x, g.c(v16f, -10.0)), zero, r)
+
+
 def _emit_geglu(b, args):
     """The body of geglu_rows' function: per row, n16 vectors of 16 lanes."""
     g = Gen(b)
     gate, g_rs, up, u_rs, out, o_rs, table, n16, n_rows = args
     g_p, u_p, o_p, tab = (b.inttoptr(v, I8.as_pointer()) for v in (gate, up, out, table))
-    v16f, v16i, v16h = vec(F32T, 16), vec(I32, 16), vec(HALF, 16)
-    all_lanes = g.c(vec(ir.IntType(1), 16), 1)
-    lo, hi, zero = g.c(v16f, -10.0), g.c(v16f, 10.0), g.c(v16f, 0.0)
+    v16f = vec(F32T, 16)
 
     def row(t, acc):
         g_row, u_row, o_row = (g.at(p, b.mul(t, rs)) for p, rs in ((g_p, g_rs), (u_p, u_rs), (o_p, o_rs)))
 
         def vector(i, acc):
             off = b.mul(i, g.c(I64, 64))
-            x, y = g.load(g_row, off, v16f), g.load(u_row, off, v16f)
-            idx = b.zext(b.bitcast(b.fptrunc(x, v16h), vec(I16, 16)), v16i)
-            looked = g.intr("llvm.x86.avx512.mask.gather.dps.512", v16f, [zero, tab, idx, all_lanes, g.c(I32, 4)])
-            r = b.select(b.fcmp_ordered(">=", x, hi), b.fmul(x, y), b.fmul(looked, y))
-            r = b.select(b.fcmp_ordered("<=", x, lo), zero, r)
+            r = _geglu_lanes(g, g.load(g_row, off, v16f), g.load(u_row, off, v16f), tab)
             b.store(r, b.bitcast(g.at(o_row, off), v16f.as_pointer())).align = 4
             return acc
 
@@ -245,6 +281,54 @@ def _emit_geglu(b, args):
         return acc
 
     _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
+def _emit_geglu_q8_0(b, args):
+    """The body of geglu_q8_0_rows' function: per row, n_kb blocks of two 16-lane vectors."""
+    g = Gen(b)
+    gate, g_rs, up, u_rs, xq, q_rs, xd, d_rs, table, n_kb, n_rows = args
+    g_p, u_p, q_p, d_p, tab = (b.inttoptr(v, I8.as_pointer()) for v in (gate, up, xq, xd, table))
+    v16f = vec(F32T, 16)
+
+    def row(t, acc):
+        g_row, u_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in
+                                      ((g_p, g_rs), (u_p, u_rs), (q_p, q_rs), (d_p, d_rs)))
+
+        def block(kb, acc):
+            offs = [b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)) for h in range(2)]
+            halves = [_geglu_lanes(g, g.load(g_row, o, v16f), g.load(u_row, o, v16f), tab) for o in offs]
+            emit_q8_0_block(g, halves, q_row, d_row, kb)
+            return acc
+
+        _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
+        return acc
+
+    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
+@intrinsic
+def geglu_q8_0_rows(typingctx, gate, g_rs, up, u_rs, xq, q_rs, xd, d_rs, table, n_kb, n_rows):
+    """run(gate, g_rs, up, u_rs, xq, q_rs, xd, d_rs, table, n_kb, n_rows) at int64 addresses and
+    byte strides: n_rows rows of geglu_rows (32 n_kb values) quantised as quantize_q8_0_rows
+    quantises them, block by block in registers, never stored as floats."""
+    return i64_call(11, "dasllama_geglu_q8_0_rows", _emit_geglu_q8_0)
+
+
+geglu_q8_0_rows._set_uuid("dasllama.ops.geglu_q8_0_rows")     # a stable disk-cache key
+
+
+@njit(cache=True, boundscheck=False, parallel=True)
+def geglu_q8_0(gate, up, table, xq, xd):
+    """xq, xd (T, n) int8 and (T, n // 32) = ggml's Q8_0 quantisation (quantize_row_q8_0) of
+    geglu(gate, up, table): the down projection's activations of a batch without its float
+    rows (a pass over 4 MB written and read again, per gemma3 layer at pp512, saved). n a
+    multiple of 32, GATHER16, PAR_ROWS rows a job."""
+    T = gate.shape[0]
+    for j in prange((T + PAR_ROWS - 1) // PAR_ROWS):
+        t0 = j * PAR_ROWS
+        geglu_q8_0_rows(gate[t0:].ctypes.data, gate.strides[0], up[t0:].ctypes.data, up.strides[0],
+                        xq[t0:].ctypes.data, xq.strides[0], xd[t0:].ctypes.data, xd.strides[0],
+                        table.ctypes.data, gate.shape[1] // 32, min(PAR_ROWS, T - t0))
 
 
 @intrinsic
@@ -336,6 +420,28 @@ def _v_expf_avx512(x):
     y = tiny if nc < np.float32(-126.0) else (huge if nc > np.float32(127.0) else normal)
     big = np.float32(0.0) if n <= np.float32(0.0) else np.float32(np.inf)
     return big if abs(n) > np.float32(192.0) else y
+
+
+def emit_v_expf16(g, x):
+    """ggml_v_expf's AVX-512 form on a <16 x float> in IR, as ggml writes it: the polynomial j
+    scaled by _mm512_scalef_ps (one rounding of j * 2^n, subnormal results included), 0 or inf
+    once |n| > 192. The same bits as _v_expf_avx512 lane by lane, in a quarter of its operations."""
+    b = g.b
+    v16 = vec(F32T, 16)
+    c = lambda v: g.c(v16, v)
+    r = c(_EXP_SHIFT)
+    z = g.fma(x, c(_EXP_LOG2E), r)
+    n = b.fsub(z, r)
+    neg_n = b.fneg(n)
+    bb = g.fma(neg_n, c(_EXP_LN2_LO), g.fma(neg_n, c(_EXP_LN2_HI), x))
+    u = b.fmul(bb, bb)
+    j = g.fma(g.fma(g.fma(c(_EXP_C5), bb, c(_EXP_C4)), u, g.fma(c(_EXP_C3), bb, c(_EXP_C2))), u,
+              g.fma(c(_EXP_C1), bb, c(1.0)))
+    scaled = g.intr("llvm.x86.avx512.mask.scalef.ps.512", v16,
+                    [j, n, c(0.0), g.c(I16, -1), g.c(I32, 4)])    # 4: the current rounding mode
+    wide = b.fcmp_ordered(">", g.intr("llvm.fabs.v16f32", v16, [n]), c(192.0))
+    big = b.select(b.fcmp_ordered("<=", n, c(0.0)), c(0.0), c(float("inf")))
+    return b.select(wide, big, scaled)
 
 
 @njit(cache=True, boundscheck=False, inline="always")

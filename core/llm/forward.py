@@ -16,10 +16,11 @@ from collections import namedtuple
 import numpy as np
 from numba import njit, prange
 
-from dasllama.kernels.actq import PAR_ROWS
+from dasllama.kernels.actq import ACT_Q8_0, PAR_ROWS
 from dasllama.kernels.matmul import act_kind, quantize_act
 from dasllama.kernels.attention import attention, store_kv
-from dasllama.kernels.ops import geglu, rms_norm, rms_norm_heads, rope_angles, rope_apply, swiglu
+from dasllama.kernels.ops import (GATHER16, geglu, geglu_q8_0, rms_norm, rms_norm_heads, rope_angles, rope_apply,
+                                   swiglu)
 
 from .kvcache import GLOBAL, WINDOW, place
 
@@ -347,11 +348,18 @@ def _ffn(il, net, xn, acts, sfused, gate, up, hid, out):
         _linear(net.wbuf, w.up[il], net.cbuf, c.up[il], xn, acts, gu, no_acts)
         _split_cols(gu, gate, np.int64(0))
         _split_cols(gu, up, n_ff)
-    if sh.act == ACT_GELU:
+    have = no_acts
+    T = xn.shape[0]
+    down_kind = act_kind(_weight(net.wbuf, w.down[il], net.cbuf, c.down[il], T)[1][1])
+    if sh.act == ACT_GELU and down_kind == ACT_Q8_0 and GATHER16 and T >= PAR_ROWS:
+        # a batch's GeGLU goes straight to the down projection's Q8_0 activations (hid unwritten)
+        geglu_q8_0(gate, up, net.gelu_tab, _view(acts.xq, T, n_ff), _view(acts.xd, T, n_ff // 32))
+        have = down_kind
+    elif sh.act == ACT_GELU:
         geglu(gate, up, net.gelu_tab, hid)
     else:
         swiglu(gate, up, hid)
-    _linear(net.wbuf, w.down[il], net.cbuf, c.down[il], hid, acts, out, no_acts)
+    _linear(net.wbuf, w.down[il], net.cbuf, c.down[il], hid, acts, out, have)
     if net.norms.ffn_post[il, 1] > 0:
         rms_norm(out, _fvec(net.fbuf, net.norms.ffn_post[il]), sh.eps, out)
 

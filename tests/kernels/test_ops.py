@@ -145,6 +145,28 @@ def test_geglu_lanes_equal_the_scalar_rows():
     np.testing.assert_array_equal(few.view(np.uint32), rows[:4].view(np.uint32))
 
 
+
+@pytest.mark.skipif(not ops.GATHER16, reason="the fused GeGLU quantiser takes AVX-512's gather")
+def test_geglu_q8_0_is_geglu_then_its_quantisation():
+    # a batch's GeGLU quantised for the down projection in registers: the Q8_0 bits of
+    # quantize_act over geglu's floats (a ragged last job of rows, +-10 edges, a zero block)
+    from dasllama.kernels import actq
+    from dasllama.kernels.matmul import quantize_act
+    T, n = 2 * ops.PAR_ROWS + 5, 320
+    gate = (rng.standard_normal((T, n)) * 6).astype(np.float32)
+    gate[0, :6] = (-10.0, 10.0, -11.0, 11.0, 9.99, -0.0)
+    gate[3, 32:64] = -20.0                       # a block of zeros: scale 0
+    up = rng.standard_normal((T, n)).astype(np.float32)
+    tab = ops.gelu_table()
+    hid = np.empty_like(gate)
+    ops.geglu(gate, up, tab, hid)
+    want = actq.act_buffers(T, n)
+    quantize_act(actq.ACT_Q8_0, hid, *want)
+    xq, xd = np.zeros((T, n), np.int8), np.zeros((T, n // 32), np.float32)
+    ops.geglu_q8_0(gate, up, tab, xq, xd)
+    np.testing.assert_array_equal(xq, want[0])
+    np.testing.assert_array_equal(xd.view(np.uint32), want[1].view(np.uint32))
+
 def test_swiglu():
     gate = rng.standard_normal((4, 300)).astype(np.float32) * 4
     up = rng.standard_normal((4, 300)).astype(np.float32)
@@ -346,3 +368,44 @@ def test_tiled_attention_bits_do_not_depend_on_cells_no_row_sees(pos0, n_swa):
     ref = attention_ref(q, kc[:pos0 + T].view(np.float16), vc[:pos0 + T].view(np.float16), pos0,
                         n_head, n_head_kv, 0.125, 0.0, n_swa)
     assert nmse(outs[0], ref) < 1e-10
+
+
+@njit
+def _softmax_row_scalar(row, kpos, lo, hi, scale, masked, m_old):
+    """A key tile's row as ggml's tiled softmax runs it, element by element: scale, mask, max,
+    ggml_v_expf (ops.v_expf), the sum per 16 lanes (_mm512_reduce_add_ps) added in double."""
+    for k in range(row.size):
+        seen = not masked or (lo <= kpos[k] <= hi)
+        row[k] = row[k] * scale if seen else np.float32(-np.inf)
+    tile_max = row.max()
+    m = max(m_old, tile_max)
+    total = 0.0
+    for c in range(0, row.size, 16):
+        for k in range(c, c + 16):
+            row[k] = ops.v_expf(row[k] - m)
+        total += np.float64(attn._reduce16(row[c:c + 16]))
+    return tile_max, total
+
+
+@pytest.mark.skipif(ops.EXP_LANES != 16, reason="the IR softmax row is ggml's AVX-512 form")
+@pytest.mark.parametrize("masked", [False, True])
+def test_softmax_row_equals_the_scalar_loops(masked):
+    # the tiled attention's softmax of a row in 16-lane IR (_mm512_scalef_ps) gives the bits of
+    # ggml_v_expf lane by lane, over exp's whole range: results down to subnormal and to zero
+    # (arguments below -87 and -192 * ln 2), masked cells, a running max above the tile's
+    op = fa_tiles.softmax_row(64, masked)
+    run = njit(lambda *a: op(*a))
+    for trial in range(40):
+        row = (rng.uniform(-160, 4, 64) * rng.choice([0.3, 1.0, 3.0])).astype(np.float32)
+        row[rng.integers(0, 64, 3)] = -np.inf
+        kpos = rng.permutation(200)[:64].astype(np.int64)
+        lo, hi = 20 + trial, 150
+        scale = np.float32(rng.choice([0.0625, 1.0, 0.37]))
+        m_old = np.float32(-np.inf if trial % 3 == 0 else rng.uniform(-5, 30))
+        want = row.copy()
+        want_max, want_sum = _softmax_row_scalar(want, kpos, lo, hi, scale, masked, m_old)
+        got, res = row.copy(), np.empty(2)
+        run(got.ctypes.data, kpos.ctypes.data, lo, hi, int(scale.view(np.uint32)), int(m_old.view(np.uint32)),
+            res.ctypes.data)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert res[0] == want_max and res[1] == want_sum
