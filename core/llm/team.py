@@ -33,7 +33,8 @@ from dasllama.kernels.quants import row_bytes
 from dasllama.kernels.rowgroup_template import aux_rows
 
 from . import forward as fw
-from .forward import ACT_GELU, _add_bias, _add_residual, _fvec, _scale, _view, per_formats
+from .forward import (ACT_GELU, F_ATTN_NORM, F_ATTN_POST_NORM, F_BK, F_BQ, F_BV, F_FFN_NORM, F_FFN_POST_NORM,
+                      F_K_NORM, F_OUT_NORM, F_Q_NORM, _add_bias, _add_residual, _fvec, _scale, _view, per_formats)
 from .kvcache import GLOBAL, WINDOW, place
 
 # a layer's stages of matrices, in its stage table (the output's is the last, n_layer * 4)
@@ -82,12 +83,13 @@ def _share(t, s, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf):
 
 
 @per_formats()
-def _team_body(t, n, flags_at, ii, ff, fbuf, n_attn, n_q, n_k, n_apost, n_ffn, n_fpost, b_q, b_k, b_v,
-               n_out, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, layer_kv, positions, cells,
+def _team_body(t, n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, layer_kv, positions, cells,
                cells_swa, angles, layer_tab, gelu_tab, x, xn, q, k, v, att, ao, gate, up, hid,
                xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, mats, stage_first, split, needs, kinds,
                aux_slot, aux_buf, logits):
-    """Thread t of n: the whole step's stages, a barrier after each (forward's order of ops)."""
+    """Thread t of n: the whole step's stages, a barrier after each (forward's order of ops).
+    ft: the small tensors' table, slot-major (forward._slot_major: ft[slot, layer] as
+    net.norms.<slot>[layer] reads it, the output norm at ft[F_OUT_NORM, n_layer])."""
     L, n_head, n_head_kv = ii[I_LAYER], ii[I_HEAD], ii[I_HEAD_KV]
     head_dim, head_dim_v, n_rot, rope_mode = ii[I_HEAD_DIM], ii[I_HEAD_DIM_V], ii[I_ROT], ii[I_ROPE_MODE]
     eps, q_scale, attn_softcap = ff[F_EPS], ff[F_Q_SCALE], ff[F_ATTN_SOFTCAP]
@@ -100,7 +102,7 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, n_attn, n_q, n_k, n_apost, n_ffn, n
     for il in range(L):
         s = N_STAGES * il
         if t == 0:
-            rms_norm(x, _fvec(fbuf, n_attn[il]), eps, xn)
+            rms_norm(x, _fvec(fbuf, ft[F_ATTN_NORM, il]), eps, xn)
             _inputs(xn, needs[s + ST_QKV], kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, aux_buf)
         e += 1
         arrive_and_wait(flags_at, t, n, e)
@@ -112,12 +114,12 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, n_attn, n_q, n_k, n_apost, n_ffn, n
         else:
             kc, vc, kp, cl = kc_all[layer_kv[il, 1]], vc_all[layer_kv[il, 1]], kpos, cells
         if t == 0:
-            _add_bias(fbuf, b_q[il], q)
-            _add_bias(fbuf, b_k[il], k)
-            _add_bias(fbuf, b_v[il], v)
-            if n_q[il, 1] > 0:
-                rms_norm_heads(q, _fvec(fbuf, n_q[il]), eps, n_head, head_dim)
-                rms_norm_heads(k, _fvec(fbuf, n_k[il]), eps, n_head_kv, head_dim)
+            _add_bias(fbuf, ft[F_BQ, il], q)
+            _add_bias(fbuf, ft[F_BK, il], k)
+            _add_bias(fbuf, ft[F_BV, il], v)
+            if ft[F_Q_NORM, il, 1] > 0:
+                rms_norm_heads(q, _fvec(fbuf, ft[F_Q_NORM, il]), eps, n_head, head_dim)
+                rms_norm_heads(k, _fvec(fbuf, ft[F_K_NORM, il]), eps, n_head_kv, head_dim)
             an = angles[layer_tab[il]]
             rope_apply(q, an, n_head, head_dim, n_rot, rope_mode)
             rope_apply(k, an, n_head_kv, head_dim, n_rot, rope_mode)
@@ -149,10 +151,10 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, n_attn, n_q, n_k, n_apost, n_ffn, n
         e += 1
         arrive_and_wait(flags_at, t, n, e)
         if t == 0:
-            if n_apost[il, 1] > 0:
-                rms_norm(ao, _fvec(fbuf, n_apost[il]), eps, ao)
+            if ft[F_ATTN_POST_NORM, il, 1] > 0:
+                rms_norm(ao, _fvec(fbuf, ft[F_ATTN_POST_NORM, il]), eps, ao)
             _add_residual(ao, x)
-            rms_norm(x, _fvec(fbuf, n_ffn[il]), eps, xn)
+            rms_norm(x, _fvec(fbuf, ft[F_FFN_NORM, il]), eps, xn)
             _inputs(xn, needs[s + ST_GATE_UP], kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, aux_buf)
         e += 1
         arrive_and_wait(flags_at, t, n, e)
@@ -171,12 +173,12 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, n_attn, n_q, n_k, n_apost, n_ffn, n
         e += 1
         arrive_and_wait(flags_at, t, n, e)
         if t == 0:
-            if n_fpost[il, 1] > 0:
-                rms_norm(ao, _fvec(fbuf, n_fpost[il]), eps, ao)
+            if ft[F_FFN_POST_NORM, il, 1] > 0:
+                rms_norm(ao, _fvec(fbuf, ft[F_FFN_POST_NORM, il]), eps, ao)
             _add_residual(ao, x)
     s = N_STAGES * L
     if t == 0:
-        rms_norm(x[np.int64(0):], _fvec(fbuf, n_out), eps, xn)
+        rms_norm(x[np.int64(0):], _fvec(fbuf, ft[F_OUT_NORM, L]), eps, xn)
         _inputs(xn, needs[s], kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, aux_buf)
     e += 1
     arrive_and_wait(flags_at, t, n, e)
@@ -191,8 +193,7 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, n_attn, n_q, n_k, n_apost, n_ffn, n
 
 
 @per_formats(parallel=True)
-def team_step(token, pos, n, flags, ii, ff, wbuf, embd, bases, fbuf, n_attn, n_q, n_k, n_apost, n_ffn,
-              n_fpost, b_q, b_k, b_v, n_out, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, heads, layer_kv,
+def team_step(token, pos, n, flags, ii, ff, wbuf, embd, bases, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, heads, layer_kv,
               positions, cells, cells_swa, angles, layer_tab, gelu_tab, x, xn, q, k, v, att, ao, gate, up, hid,
               xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, mats, stage_first, split, needs, kinds, aux_slot, aux_buf,
               logits):
@@ -210,9 +211,8 @@ def team_step(token, pos, n, flags, ii, ff, wbuf, embd, bases, fbuf, n_attn, n_q
     if ff[F_EMBD_SCALE] != 1.0:
         _scale(x, np.float32(ff[F_EMBD_SCALE]))
     flags_at = np.int64(flags.ctypes.data)
-    for t in prange(n):
-        _team_body(t, n, flags_at, ii, ff, fbuf, n_attn, n_q, n_k, n_apost, n_ffn, n_fpost, b_q, b_k, b_v,
-                   n_out, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, layer_kv, positions, cells,
+    for t in prange(n):     # t as int64: the prange's own index type would compile the body twice
+        _team_body(np.int64(t), n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, layer_kv, positions, cells,
                    cells_swa, angles, layer_tab, gelu_tab, x, xn, q, k, v, att, ao, gate, up, hid,
                    xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, mats, stage_first, split, needs, kinds,
                    aux_slot, aux_buf, logits)
@@ -319,6 +319,7 @@ class Team:
         self.positions, self.cells, self.cells_swa = (np.zeros(1, np.int64) for _ in range(3))
         self.views = fw._scratch_views(model.scratch, 1, sh)
         self.acts, self.logits = model.acts, model.logits
+        self.ft = fw._slot_major(model.tables.ftab)
         self.layer_kv = self._layer_kv(model.kv.arrays)
 
     def _layer_kv(self, kv):
@@ -337,10 +338,8 @@ class Team:
         """team_step (the model's Step's) for `token` at `pos` on the cache kv (a KV of
         arrays); numba's thread count must be the team's."""
         net = self.net
-        nm = net.norms
         team_step(np.int64(token), np.int64(pos), np.int64(self.n_threads), self.flags, self.ii, self.ff, net.wbuf,
-                  net.embd, self.bases, net.fbuf, nm.attn, nm.q, nm.k, nm.attn_post, nm.ffn, nm.ffn_post, nm.bq,
-                  nm.bk, nm.bv, net.out_norm, kv.k, kv.v, kv.k_swa, kv.v_swa, kv.pos, kv.pos_swa, kv.heads,
+                  net.embd, self.bases, net.fbuf, self.ft, kv.k, kv.v, kv.k_swa, kv.v_swa, kv.pos, kv.pos_swa, kv.heads,
                   self.layer_kv, self.positions, self.cells, self.cells_swa, self.angles, self.layer_tab,
                   net.gelu_tab, *self.views, *self.acts, *self.acts1, self.mats, self.stage_first, self.split,
                   self.needs, self.kinds, self.aux_slot, self.aux_buf, self.logits)
