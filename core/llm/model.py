@@ -15,7 +15,7 @@ from .families import family
 from .families.base import UnsupportedModel, build_tables, check_hparams
 from .kvcache import KVCache, new_block, ring_cells, window_intact
 from .step import FirstCompile, step_for
-from .team import Team, threading_allows
+from .team import Team, enabled as team_enabled, threading_allows
 from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
 from ..runtime.threads import (DECODE_LAYERS, Lanes, prefer_threading_layers, ram_bytes, set_threads,
@@ -327,6 +327,7 @@ class Model:
         self.lanes = Lanes(self.n_threads)     # the threads each decode step runs on
         self._stepped = False
         self._team = None           # the one-region step of the current net (Team), where it may run
+        self._team_on = team_enabled()
         if self.kv_cache_bytes() > ram_bytes():
             raise ContextFull(f"a context of {self.n_ctx} tokens needs "
                               f"{self.kv_cache_bytes() / 2**30:.1f} GiB of KV cache, more than this "
@@ -598,8 +599,8 @@ class Model:
         """Whether this step runs as one parallel region (team.Team): one token (not embeddings),
         on all the model's threads, no trace, no M-RoPE tables, a model that has a Team, and a
         threading layer that gives each of the team's threads its own (known after the first
-        parallel region: the prompt's step runs before)."""
-        return (self._team is not None and chunk.size == 1 and lanes == self.n_threads and trace.shape[0] == 0
+        parallel region: the prompt's step runs before), where DASLLAMA_TEAM=1 (team.enabled)."""
+        return (self._team_on and self._team is not None and chunk.size == 1 and lanes == self.n_threads and trace.shape[0] == 0
                 and rope.shape[1] == 0 and threading_allows())
 
     def new_trace(self, n_tokens):

@@ -13,7 +13,8 @@ row group goes through the same tile, so the logits are forward's bit for bit
 A model takes it (plan) where its step is a plain decoder layer stack (no fused QKV or gate-up
 weight: phi3 keeps forward) and every matrix a token multiplies is served by a copy with a rows
 function (gemma3 and Qwen2.5 Q4_K_M, gemma3 Q8_0: Q8_0_X16, Q5_0_P16, Q4_K_P16, Q6_K_P16); the
-step then runs for one token, no trace, no embeddings, no M-RoPE shift (Model._forward). numba
+step then runs for one token, no trace, no embeddings, no M-RoPE shift (Model._forward), where
+DASLLAMA_TEAM=1 (enabled: off by default until a quiet A/B shows it faster). numba
 will not take a namedtuple of arrays into a prange body, so the step's tables are passed flat,
 built once per net (Team).
 """
@@ -247,7 +248,7 @@ class Team:
         """A Team for the model's current net, or None where some matrix a token multiplies has
         no rows function (a file format's, a plain Q8_0 copy's), the family fuses QKV or
         gate-up, or the model runs on one thread."""
-        if model.n_threads < 2 or os.environ.get("DASLLAMA_TEAM") == "0":
+        if model.n_threads < 2:
             return None
         net, wtab, made = model.net, model.tables.wtab, model._made
         L = wtab.shape[0] - 1
@@ -343,6 +344,13 @@ class Team:
                   self.layer_kv, self.positions, self.cells, self.cells_swa, self.angles, self.layer_tab,
                   net.gelu_tab, *self.views, *self.acts, *self.acts1, self.mats, self.stage_first, self.split,
                   self.needs, self.kinds, self.aux_slot, self.aux_buf, self.logits)
+
+
+def enabled():
+    """Whether a Model runs its Team: DASLLAMA_TEAM=1. Off by default: on the loaded host it was
+    built on it was not shown faster than forward, and its compile adds ~28 s of CPU to a first
+    run (docs/BENCHMARKS.md, seventh session, team7); a quiet A/B decides."""
+    return os.environ.get("DASLLAMA_TEAM") == "1"
 
 
 def threading_allows():

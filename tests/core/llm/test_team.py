@@ -94,3 +94,22 @@ def test_the_split_gives_each_thread_a_run_of_each_matrix():
         for (groups, _), runs in zip(pieces, split):
             assert runs[0][0] == 0 and runs[-1][1] == groups
             assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
+
+
+def test_eval_takes_the_team_where_asked(tiny_model, monkeypatch):
+    # the hook: with DASLLAMA_TEAM=1 a one-token eval runs team_step (on all the threads the
+    # lanes pick), and every token's logits are those of a model without it
+    path = tiny_model("gemma3", "Q8_0")
+    plain = Model(path, n_ctx=128, n_threads=2, quiet=True)
+    monkeypatch.setenv("DASLLAMA_TEAM", "1")
+    teamed = Model(path, n_ctx=128, n_threads=2, quiet=True)
+    assert teamed._team_on and not plain._team_on
+    prompt = list(range(3, 11))
+    plain.eval(prompt)
+    teamed.eval(prompt)
+    runs = []
+    run = teamed._team.run
+    teamed._team.run = lambda *args: (runs.append(1), run(*args))
+    for token in range(20, 32):
+        assert np.array_equal(plain.eval([token]).view(np.uint32), teamed.eval([token]).view(np.uint32))
+    assert runs or not team.threading_allows()
