@@ -34,7 +34,7 @@ from .quants import BLOCK_ELEMS, JIT, SUPPORTED, dequantize, dequantize_row, row
 
 __all__ = ["act_kind", "act_buffers", "quantize_act", "matmul", "matmul_f32", "dequantize",
            "dequantize_row", "VARIANTS", "ACTIVE", "PHASES", "build_kernel", "set_active", "matmul_ref", "matmul_for",
-           "fused_for"]
+           "fused_for", "rows_for"]
 
 # Tile plans, one list per format; the first a phase offers is its default until a tuner says
 # otherwise.
@@ -62,6 +62,7 @@ _active = None      # ACTIVE, once something asks for it
 _matmul = None      # matmul, likewise
 _for_set = {}       # frozenset of qtypes -> its matmul (matmul_for)
 _fused_for_set = {}  # (qtypes, fused qtypes) -> its fused decode dispatch (fused_for)
+_rows_for_set = {}  # qtypes -> its rows dispatch (rows_for)
 _quantizers = {}    # activation kind -> quantize_act fixed to it (quantizer_for)
 
 
@@ -368,6 +369,50 @@ def fused_for(qtypes, fused=None):
     return _fused_for_set[qtypes, fused]
 
 
+_ROWS_ARGS = "w, n_rows, out, out_stride, n_cols, x, x_stride, aux, aux_stride, xd, xd_stride, n_tokens, g0, g1"
+
+
+def _rows_source(qtypes):
+    """matmul_rows' source over the copy layouts in `qtypes` (rowgroups.ROWS_KERNELS: the
+    template's rows function of each)."""
+    lines = ["def make(selection):",
+             f"    def matmul_rows(qtype, {_ROWS_ARGS}):",
+             f'        """{ROWS_DOC}"""',
+             "        _ = selection  # noqa: F841  (the cache key, see _build_matmul)",
+             "        if False:",
+             "            pass"]
+    kernels = {}
+    for (source, name), layout in rowgroups.LAYOUT_OF.items():
+        if layout in qtypes:
+            use = layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"]
+            kernels[f"_rows_{layout}"] = rowgroups.ROWS_KERNELS[use][0]
+            lines += [f"        elif qtype == {layout}:   # {type_name(layout)}",
+                      f"            _rows_{layout}({_ROWS_ARGS})"]
+    lines += ["        else:",
+              "            return False",
+              "        return True"]
+    return lines + ["    return matmul_rows"], kernels
+
+
+ROWS_DOC = """Row groups [g0, g1) of one matrix (n_rows x n_cols) in the copy layout `qtype` at w
+        times n_tokens quantised rows (x, xd: quantize_act's buffers; aux: the aux rows the
+        layout's tiles read, rowgroup_template.aux_rows) into out (rows of out_stride bytes);
+        every argument an int64 (addresses, byte strides). Bit for bit matmul's result for
+        those rows. False, having done nothing, for a qtype that is no copy layout of the set."""
+
+
+def rows_for(qtypes):
+    """The rows dispatch (matmul_rows) over the copy layouts in `qtypes`, one per set per
+    process: what a compiled decode step that splits each matrix's row groups over its threads
+    itself calls (core/llm/team.py)."""
+    qtypes = dispatch_set(qtypes)
+    if qtypes not in _rows_for_set:
+        lines, kernels = _rows_source(qtypes)
+        make = formats.compiled(lines, kernels, globals())["make"]
+        _rows_for_set[qtypes] = njit(**JIT)(make(_selection(qtypes) + ";rows"))
+    return _rows_for_set[qtypes]
+
+
 def matmul_for(qtypes):
     """`matmul` over the formats and copy layouts in `qtypes` only (one per set per process):
     what a model's compiled step links, so it compiles no other format's kernels."""
@@ -392,6 +437,7 @@ def set_active(qtype, name, phase=None):
             del active[key]  # per-shape winners of the old choice
     _for_set.clear()    # each was built over the old choice
     _fused_for_set.clear()
+    _rows_for_set.clear()
     _matmul = _build_matmul()
     return _matmul
 

@@ -226,46 +226,94 @@ def _aux_of(aux_kind):
     return aux
 
 
+RANGES = {}     # a fused kernel of _fused_kernel -> (its rows: _group_rows, aux kind, width): one source
+
+
+def _group_rows(layout, block_elems, tile, gemv_tile=None, width=8):
+    """rows(w, n_rows, out, out_stride, n_cols, x, x_stride, aux, aux_stride, xd, xd_stride,
+    n_tokens, g0, g1), all int64 (addresses, byte strides, counts): row groups [g0, g1) of one
+    matrix of n_rows x n_cols in the copy (in `layout`) at w against n_tokens tokens (the quantised rows at x
+    and xd, the aux rows at aux), each group's tile taking every token, into out. With
+    gemv_tile (Q4_K), the first gemm_tokens tokens take `tile`, the rest gemv_tile.
+    The fused kernels' prange calls it a group at a time, and a compiled decode step
+    (core/llm/team.py) on a range of groups a thread: one source, so the two cannot part. The
+    tiles' IR is compiled here once, not again in each caller."""
+    group_block = int(BLOCK_BYTES[layout]) * width
+    split = gemv_tile is not None
+    gemv = gemv_tile if split else tile
+
+    @njit(**JIT)
+    def rows(w, n_rows, out, out_stride, n_cols, x, x_stride, aux, aux_stride, xd, xd_stride, n_tokens, g0, g1):
+        n_blocks = n_cols // block_elems
+        group_bytes = n_blocks * group_block
+        n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
+        for g in range(g0, g1):
+            wg, og = w + g * group_bytes, out + 4 * width * g
+            if n_batch > 0:
+                tile(wg, n_blocks, x, x_stride, aux, aux_stride, xd, xd_stride, n_batch, og, out_stride)
+            if n_tokens > n_batch:
+                gemv(wg, n_blocks, x + n_batch * x_stride, x_stride, aux + n_batch * aux_stride, aux_stride,
+                     xd + n_batch * xd_stride, xd_stride, n_tokens - n_batch, og + n_batch * out_stride, out_stride)
+    # a stable disk-cache key for the fused kernel that captures it (see simd.tile_intrinsic)
+    rows._set_uuid(f"dasllama.rowgroups.rows.{tile._uuid}.{gemv._uuid}")
+    return rows
+
+
 def _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     """fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf, n_tokens) as
     simd.make_fused_kernel, on copies in `layout`, for a few tokens (a decode step's one, or a
     batched step's B): up to three matrices in one parallel region, the prange over the row
-    groups of all three, each group's tile taking every token (its weights read once), the
-    aux rows made once. With gemv_tile (Q4_K), each matrix's first gemm_tokens tokens take
-    `tile`, the rest gemv_tile, as _kernel's (which cuts a long batch into cache-sized chunks
-    of tokens: this one is for the few of a step, whose activations stay in L1)."""
-    group_block = int(BLOCK_BYTES[layout]) * width
-    split = gemv_tile is not None
-    gemv = gemv_tile if split else tile
+    groups of all three, each group through _group_rows (every token against its weights,
+    read once), the aux rows made once. (_kernel cuts a long batch into cache-sized chunks of
+    tokens: this one is for the few of a step, whose activations stay in L1.) RANGES[fused] is
+    (its rows function, the aux kind its tiles read, rows a group)."""
+    rows = _group_rows(layout, block_elems, tile, gemv_tile, width)
     aux_of = _aux_of(aux_kind)
 
     @njit(**JIT, parallel=True)
     def fused(wa, na, oa, wb, nb, ob, wc, nc, oc, n_cols, xq, xd, xa, xf, n_tokens):
-        n_blocks = n_cols // block_elems
-        group_bytes = n_blocks * group_block
         aux_of(xq, xa, xf, n_tokens, n_cols)
         xp, ap, dp = np.int64(xq.ctypes.data), np.int64(xf.ctypes.data), np.int64(xd.ctypes.data)
-        xs, as_, ds = xq.strides[0], xf.strides[0], xd.strides[0]
+        xs, as_, ds = np.int64(xq.strides[0]), np.int64(xf.strides[0]), np.int64(xd.strides[0])
         ga, gb, gc = na // width, nb // width, nc // width
         pa, pb, pc = np.int64(wa.ctypes.data), np.int64(wb.ctypes.data), np.int64(wc.ctypes.data)
         qa, qb, qc = np.int64(oa.ctypes.data), np.int64(ob.ctypes.data), np.int64(oc.ctypes.data)
-        sa, sb, sc = oa.strides[0], ob.strides[0], oc.strides[0]
+        sa, sb, sc = np.int64(oa.strides[0]), np.int64(ob.strides[0]), np.int64(oc.strides[0])
         for grp in numba.prange(ga + gb + gc):
             if grp < ga:
-                wp, op, os, n_rows, g = pa, qa, sa, na, grp
+                wp, op, os, n_rows, g = pa, qa, sa, np.int64(na), np.int64(grp)
             elif grp < ga + gb:
-                wp, op, os, n_rows, g = pb, qb, sb, nb, grp - ga
+                wp, op, os, n_rows, g = pb, qb, sb, np.int64(nb), np.int64(grp - ga)
             else:
-                wp, op, os, n_rows, g = pc, qc, sc, nc, grp - ga - gb
-            n_batch = gemm_tokens(Q4_K, n_rows, n_cols, n_tokens)[0] if split else n_tokens
-            wg, og = wp + g * group_bytes, op + 4 * width * g
-            if n_batch > 0:
-                tile(wg, n_blocks, xp, xs, ap, as_, dp, ds, n_batch, og, os)
-            if n_tokens > n_batch:
-                gemv(wg, n_blocks, xp + n_batch * xs, xs, ap + n_batch * as_, as_, dp + n_batch * ds, ds,
-                     n_tokens - n_batch, og + n_batch * os, os)
+                wp, op, os, n_rows, g = pc, qc, sc, np.int64(nc), np.int64(grp - ga - gb)
+            rows(wp, n_rows, op, os, np.int64(n_cols), xp, xs, ap, as_, dp, ds, np.int64(n_tokens), g, g + 1)
         keep_alive(xf)
+    RANGES[fused] = (rows, aux_kind, width)
     return fused
+
+
+@njit(**JIT)
+def aux_rows(aux_kind, xq, xa, n_tokens, n_cols, out):
+    """The tiles' aux rows of `aux_kind` (what _aux_of makes), into the bytes `out` (at least
+    n_tokens * n_cols): returns their row stride in bytes. For a caller that makes them once
+    into a buffer it keeps (a compiled decode step: core/llm/team.py)."""
+    if aux_kind == AUX_ABS:
+        abs_quants(xq, n_tokens, n_cols, out[:n_tokens * n_cols].reshape((n_tokens, n_cols)))
+        return n_cols
+    elif aux_kind == AUX_BLOCK_SUMS8:
+        n = n_cols // 32
+        group_sums(xq, n_tokens, n_cols, 32, 8, out[:4 * n_tokens * n].view(np.int32).reshape((n_tokens, n)))
+        return 4 * n
+    elif aux_kind == AUX_BSUMS32:
+        n = n_cols // 32
+        bsums32(xa, n_tokens, n_cols, out[:2 * n_tokens * n].view(np.int16).reshape((n_tokens, n)))
+        return 2 * n
+    elif aux_kind == AUX_LANE_OFFSETS:
+        _lane_offset_rows(xq.ctypes.data, xq.strides[0], out.ctypes.data, n_cols, n_cols, n_tokens, F32_INT_BIAS)
+        return n_cols
+    n = n_cols // 16
+    bsums16(xa, n_tokens, n_cols, out[:2 * n_tokens * n].view(np.int16).reshape((n_tokens, n)))
+    return 2 * n
 
 
 @njit(**JIT)
@@ -277,7 +325,6 @@ def abs_quants(xq, n_tokens, n_cols, out):
         for i in range(n_cols):
             v = np.int32(src[i])
             dst[i] = np.uint8(v if v >= 0 else -v)
-    return out
 
 
 @njit(**JIT)

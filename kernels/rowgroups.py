@@ -81,6 +81,7 @@ from .rowgroup_template import (  # noqa: F401  (abs_quants, group_sums: the aux
     AUX_LANE_OFFSETS,
     FUSED,
     PREFETCH_BYTES,
+    RANGES,
     _kernel,
     _repacker,
     _tile,
@@ -556,11 +557,15 @@ def _copies():
 def __getattr__(name):
     """COPIES: (qtype, copy name) -> (layout, repack); KERNELS: layout -> the kernel that
     multiplies a copy in it (matmul's dispatch, the tuner's races); FUSED_KERNELS: layout -> its
-    fused decode kernel (matmul's fused dispatch). Built on first use (PEP 562)."""
+    fused decode kernel (matmul's fused dispatch); ROWS_KERNELS: layout -> (its rows function,
+    the aux kind its tiles read, rows a group): a range of row groups (matmul's rows dispatch, the compiled
+    decode step's). Built on first use (PEP 562)."""
     if name == "COPIES":
         return {key: (layout, repack) for key, (layout, repack, _) in _copies().items()}
     if name == "KERNELS":
         return {layout: kernel for layout, _, kernel in _copies().values()}
     if name == "FUSED_KERNELS":
         return {layout: FUSED[kernel] for layout, _, kernel in _copies().values()}
+    if name == "ROWS_KERNELS":
+        return {layout: RANGES[FUSED[kernel]] for layout, _, kernel in _copies().values()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,6 +16,7 @@ from .families import family
 from .families.base import UnsupportedModel, build_tables, check_hparams
 from .kvcache import KVCache, new_block, ring_cells, window_intact
 from .step import FirstCompile, step_for
+from .team import Team, enabled as team_enabled, threading_allows
 from .tokenizer import Tokenizer, TokenizerError
 from ..runtime.cache import first_compile_notice
 from ..runtime.threads import (DECODE_LAYERS, Lanes, prefer_threading_layers, ram_bytes, set_threads,
@@ -326,6 +327,8 @@ class Model:
         self.n_threads = set_threads(n_threads)
         self.lanes = Lanes(self.n_threads)     # the threads each decode step runs on
         self._stepped = False
+        self._team = None           # the one-region step of the current net (Team), where it may run
+        self._team_on = team_enabled()
         if self.kv_cache_bytes() > ram_bytes():
             raise ContextFull(f"a context of {self.n_ctx} tokens needs "
                               f"{self.kv_cache_bytes() / 2**30:.1f} GiB of KV cache, more than this "
@@ -382,6 +385,7 @@ class Model:
         self._prepared = (max(n_tokens, ready), max(n_out, ready_out))
         self.net = fw.net_of(self.wbuf, wtab, self.cbuf, self._made, t.fbuf, t.ftab, t.shape,
                              t.layer_swa, t.layer_freq_base, ops.gelu_table())
+        self._team = Team.plan(self)
 
     def _describe(self):
         return describe(self.gguf, self.family)
@@ -580,8 +584,11 @@ class Model:
         lanes = self.lanes.pick() if one else self.n_threads
         numba.set_num_threads(lanes)
         t0 = time.perf_counter()
-        self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch,
-                          self.acts, n_out, self.logits, trace, self.n_threads, rope)
+        if self._team_takes(chunk, lanes, trace, rope):
+            self._team.run(self.step.team_step, chunk[0], self.n_past, self.kv.arrays)
+        else:
+            self.step.forward(chunk, embd, self.n_past, causal, self.net, self.kv.arrays, self.scratch,
+                              self.acts, n_out, self.logits, trace, self.n_threads, rope)
         if one:
             if self._stepped:     # not the call that compiled (or loaded) the step
                 self.lanes.record(lanes, time.perf_counter() - t0)
@@ -593,6 +600,14 @@ class Model:
             self._compiled = None
         if first:
             warn_slow_threading()
+
+    def _team_takes(self, chunk, lanes, trace, rope):
+        """Whether this step runs as one parallel region (team.Team): one token (not embeddings),
+        on all the model's threads, no trace, no M-RoPE tables, a model that has a Team, and a
+        threading layer that gives each of the team's threads its own (known after the first
+        parallel region: the prompt's step runs before), where DASLLAMA_TEAM=1 (team.enabled)."""
+        return (self._team_on and self._team is not None and chunk.size == 1 and lanes == self.n_threads and trace.shape[0] == 0
+                and rope.shape[1] == 0 and threading_allows())
 
     def new_trace(self, n_tokens):
         """A zeroed trace array for `eval(..., trace=)`: (names, layers, tokens, width)."""

@@ -26,13 +26,13 @@ from numba import njit
 
 from dasllama.kernels.actq import quantize_act
 from dasllama.kernels.attention import attention, attention_work
-from dasllama.kernels.matmul import dispatch_set, fused_for, matmul_for, set_key, set_text
+from dasllama.kernels.matmul import dispatch_set, fused_for, matmul_for, rows_for, set_key, set_text
 from dasllama.kernels.quants import dequantize_row_for
 
 from ..runtime.threads import free_cores
-from . import batch, forward as fw  # noqa: F401  (batch: registers forward_batch as per-formats)
+from . import batch, forward as fw, team  # noqa: F401  (batch, team: register forward_batch, team_step)
 
-Step = namedtuple("Step", "forward forward_batch qtypes fused")
+Step = namedtuple("Step", "forward forward_batch team_step qtypes fused")
 
 _steps = {}     # (frozenset of qtypes, frozenset of fused qtypes) -> Step
 
@@ -58,7 +58,7 @@ def step_for(qtypes, fused=None):
 def _build(qtypes, fused):
     tag = _tag(qtypes) + "__f" + _tag(fused)
     own = {"matmul": matmul_for(qtypes), "fused_matmul": fused_for(qtypes, fused),
-           "dequantize_row": dequantize_row_for(qtypes)}
+           "dequantize_row": dequantize_row_for(qtypes), "matmul_rows": rows_for(qtypes)}
     module_globals = []
     for f, options in fw.PER_FORMATS:
         g = dict(f.__globals__)     # a copy: filled below with the set's own functions
@@ -69,7 +69,7 @@ def _build(qtypes, fused):
         module_globals.append(g)
     for g in module_globals:        # numba reads globals when it compiles: after this, before it
         g.update(own)
-    return Step(own["forward"], own["forward_batch"], qtypes, fused)
+    return Step(own["forward"], own["forward_batch"], own["team_step"], qtypes, fused)
 
 
 class FirstCompile:
