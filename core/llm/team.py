@@ -87,7 +87,7 @@ def _share(t, s, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf):
 def _team_body(t, n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, layer_kv, positions, cells,
                cells_swa, angles, layer_tab, gelu_tab, x, xn, q, k, v, att, ao, gate, up, hid,
                xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, mats, stage_first, split, needs, kinds,
-               aux_slot, aux_buf, logits):
+               aux_slot, aux_buf, logits, work):
     """Thread t of n: the whole step's stages, a barrier after each (forward's order of ops).
     ft: the small tensors' table, slot-major (forward._slot_major: ft[slot, layer] as
     net.norms.<slot>[layer] reads it, the output norm at ft[F_OUT_NORM, n_layer])."""
@@ -137,11 +137,11 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa,
             chunk = (nek1 + n - 1) // n
             for h in range(h0, h1):
                 _split_kv_head(np.int64(h), q, positions[0], kc, vc, kp, n_used, group, head_dim, head_dim_v,
-                               scale, attn_softcap, layer_kv[il, 2], True, n, chunk, att)
+                               scale, attn_softcap, layer_kv[il, 2], True, n, chunk, att, work[t])
         else:
             for h in range(h0, h1):
                 _one_chunk_job(np.int64(0), np.int64(h), q, positions, kc, vc, kp, n_used, group, head_dim,
-                               head_dim_v, scale, attn_softcap, layer_kv[il, 2], True, att)
+                               head_dim_v, scale, attn_softcap, layer_kv[il, 2], True, att, work[t])
         e += 1
         arrive_and_wait(flags_at, t, n, e)
         if t == 0:
@@ -197,7 +197,7 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa,
 def team_step(token, pos, n, flags, ii, ff, wbuf, embd, bases, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, heads, layer_kv,
               positions, cells, cells_swa, angles, layer_tab, gelu_tab, x, xn, q, k, v, att, ao, gate, up, hid,
               xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, mats, stage_first, split, needs, kinds, aux_slot, aux_buf,
-              logits):
+              logits, work):
     """One token at position pos through the model on a team of n threads (numba's thread
     count must be n: each takes one iteration of the prange and waits for the others); the
     logits into logits[0]. Places the KV cells, RoPE's tables and the embedding as forward,
@@ -216,7 +216,7 @@ def team_step(token, pos, n, flags, ii, ff, wbuf, embd, bases, fbuf, ft, kc_all,
         _team_body(np.int64(t), n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa, kpos, kpos_swa, layer_kv, positions, cells,
                    cells_swa, angles, layer_tab, gelu_tab, x, xn, q, k, v, att, ao, gate, up, hid,
                    xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, mats, stage_first, split, needs, kinds,
-                   aux_slot, aux_buf, logits)
+                   aux_slot, aux_buf, logits, work)
 
 
 def _stage_of(slot):
@@ -318,8 +318,10 @@ class Team:
         self.bases, self.layer_tab = np.array(bases, np.float64), np.array(layer_tab, np.int64)
         self.angles = np.zeros((len(bases), 1, 2, sh.n_rot // 2), np.float32)
         self.positions, self.cells, self.cells_swa = (np.zeros(1, np.int64) for _ in range(3))
-        self.views = fw._scratch_views(model.scratch, 1, sh)
+        v = fw._scratch_views(model.scratch, 1, sh)
+        self.views = (v.x, v.xn, v.q, v.k, v.v, v.att, v.ao, v.gate, v.up, v.hid)
         self.acts, self.logits = model.acts, model.logits
+        self.work = v.work.attn     # attention's scratch, a row a thread: the team's thread t takes row t
         self.ft = fw._slot_major(model.tables.ftab)
         self.layer_kv = self._layer_kv(model.kv.arrays)
 
@@ -343,7 +345,7 @@ class Team:
                   net.embd, self.bases, net.fbuf, self.ft, kv.k, kv.v, kv.k_swa, kv.v_swa, kv.pos, kv.pos_swa, kv.heads,
                   self.layer_kv, self.positions, self.cells, self.cells_swa, self.angles, self.layer_tab,
                   net.gelu_tab, *self.views, *self.acts, *self.acts1, self.mats, self.stage_first, self.split,
-                  self.needs, self.kinds, self.aux_slot, self.aux_buf, self.logits)
+                  self.needs, self.kinds, self.aux_slot, self.aux_buf, self.logits, self.work)
 
 
 def enabled():
