@@ -175,16 +175,23 @@ def _all_qtypes():
     return frozenset([fmt.ID for fmt in formats.FORMATS] + list(rowgroups.LAYOUT_OF.values()))
 
 
+def _copy_layouts(qtypes):
+    """(layout, the layout whose kernels serve it) for each copy layout in `qtypes`: itself, or
+    where this CPU does not run the 16-row copies (none is made in their layouts) the 8-row
+    one of the same format, whose kernels their names then stand for."""
+    for (source, name), layout in rowgroups.LAYOUT_OF.items():
+        if layout in qtypes:
+            yield layout, (layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"])
+
+
 def _active_kernels(qtypes):
     """{global name: kernel} of what the dispatch over `qtypes` calls: each copy layout's kernel
     (the 16-row copies' where this CPU runs them; elsewhere no copy is made in their layouts,
     and their names stand for the 8-row kernels, so nothing more is compiled), and each
     format's active decode and prefill kernels."""
     kernels = {}
-    for (source, name), layout in rowgroups.LAYOUT_OF.items():
-        if layout in qtypes:
-            use = layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"]
-            kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
+    for layout, use in _copy_layouts(qtypes):
+        kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
     for fmt_id, phases in file_phases(qtypes).items():
         for phase in PHASES:
             if phase in phases:
@@ -309,13 +316,11 @@ def _fused_source(qtypes, fused):
              "        if False:",
              "            pass"]
     kernels = {}
-    for (source, name), layout in rowgroups.LAYOUT_OF.items():
-        if layout in qtypes:
-            use = layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"]
-            kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
-            kernels[f"_fused_{layout}"] = rowgroups.FUSED_KERNELS[use]
-            lines.append(f"        elif qtype == {layout}:   # {type_name(layout)}")
-            lines += _fused_call(layout, fused, f"_copy_{layout}", "n_tokens", "            ")
+    for layout, use in _copy_layouts(qtypes):
+        kernels[f"_copy_{layout}"] = rowgroups.KERNELS[use]
+        kernels[f"_fused_{layout}"] = rowgroups.FUSED_KERNELS[use]
+        lines.append(f"        elif qtype == {layout}:   # {type_name(layout)}")
+        lines += _fused_call(layout, fused, f"_copy_{layout}", "n_tokens", "            ")
     for fmt in formats.FORMATS:
         if "decode" in file_phases(qtypes).get(fmt.ID, ()):
             kernels[f"_decode_{fmt.ID}"] = shape_kernel(fmt.ID, "decode", _active_choices(), build_kernel)
@@ -382,12 +387,10 @@ def _rows_source(qtypes):
              "        if False:",
              "            pass"]
     kernels = {}
-    for (source, name), layout in rowgroups.LAYOUT_OF.items():
-        if layout in qtypes:
-            use = layout if name != "x16" or rowgroups.HAS_X16 else rowgroups.LAYOUT_OF[source, "x8"]
-            kernels[f"_rows_{layout}"] = rowgroups.ROWS_KERNELS[use][0]
-            lines += [f"        elif qtype == {layout}:   # {type_name(layout)}",
-                      f"            _rows_{layout}({_ROWS_ARGS})"]
+    for layout, use in _copy_layouts(qtypes):
+        kernels[f"_rows_{layout}"] = rowgroups.ROWS_KERNELS[use][0]
+        lines += [f"        elif qtype == {layout}:   # {type_name(layout)}",
+                  f"            _rows_{layout}({_ROWS_ARGS})"]
     lines += ["        else:",
               "            return False",
               "        return True"]
