@@ -25,38 +25,29 @@ SYS_FUTEX = 202     # x86-64 Linux
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 
 
-@intrinsic
-def load_acquire(typingctx, addr):
-    """The int64 at address `addr`, an atomic load (acquire)."""
-    def codegen(context, builder, sig, args):
-        return builder.load_atomic(builder.inttoptr(args[0], I64.as_pointer()), "acquire", 8)
-    return types.int64(types.int64), codegen
+def _atomic_load(order):
+    """An intrinsic load(addr): the int64 at address `addr`, an atomic load of `order`."""
+    @intrinsic
+    def load(typingctx, addr):
+        def codegen(context, builder, sig, args):
+            return builder.load_atomic(builder.inttoptr(args[0], I64.as_pointer()), order, 8)
+        return types.int64(types.int64), codegen
+    return load
 
 
-@intrinsic
-def store_release(typingctx, addr, value):
-    """*addr = value (int64), an atomic store (release)."""
-    def codegen(context, builder, sig, args):
-        builder.store_atomic(args[1], builder.inttoptr(args[0], I64.as_pointer()), "release", 8)
-        return context.get_dummy_value()
-    return types.void(types.int64, types.int64), codegen
+def _atomic_store(order):
+    """An intrinsic store(addr, value): *addr = value (int64), an atomic store of `order`."""
+    @intrinsic
+    def store(typingctx, addr, value):
+        def codegen(context, builder, sig, args):
+            builder.store_atomic(args[1], builder.inttoptr(args[0], I64.as_pointer()), order, 8)
+            return context.get_dummy_value()
+        return types.void(types.int64, types.int64), codegen
+    return store
 
 
-@intrinsic
-def load_seq(typingctx, addr):
-    """The int64 at `addr`, an atomic load (sequentially consistent)."""
-    def codegen(context, builder, sig, args):
-        return builder.load_atomic(builder.inttoptr(args[0], I64.as_pointer()), "seq_cst", 8)
-    return types.int64(types.int64), codegen
-
-
-@intrinsic
-def store_seq(typingctx, addr, value):
-    """*addr = value (int64), an atomic store (sequentially consistent)."""
-    def codegen(context, builder, sig, args):
-        builder.store_atomic(args[1], builder.inttoptr(args[0], I64.as_pointer()), "seq_cst", 8)
-        return context.get_dummy_value()
-    return types.void(types.int64, types.int64), codegen
+load_acquire, load_seq = _atomic_load("acquire"), _atomic_load("seq_cst")
+store_release, store_seq = _atomic_store("release"), _atomic_store("seq_cst")
 
 
 @intrinsic
