@@ -153,6 +153,22 @@ def keep_alive(typingctx, arr):
     return sig, codegen
 
 
+@intrinsic
+def thread_count(typingctx):
+    """The threads a parallel region of this call will run on (numba.set_num_threads' count),
+    as int64. numba.get_num_threads() inside a kernel calls the threading layer through a
+    ctypes pointer, which numba will not cache; this calls the layer's symbol by name, as
+    numba's own parallel regions do, and caches."""
+    from numba.np.ufunc.parallel import _launch_threads
+    _launch_threads()       # the layer's symbols are registered with LLVM from here on
+
+    def codegen(context, builder, signature, args):
+        # declared as numba's parallel regions declare it (one declaration a module)
+        return _call(builder, "get_num_threads", ir.FunctionType(I64, []), [])
+
+    return types.int64(), codegen
+
+
 def i64_call(n_args, name, emit):
     """(signature, codegen) of an @intrinsic that calls the internal LLVM function `name`
     (n_args i64 -> void), whose body emit(builder, args) writes once per module: the form of

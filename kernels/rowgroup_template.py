@@ -8,11 +8,18 @@ from numba import njit
 from numba.extending import intrinsic
 
 from .dots import gemm_tokens
-from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, keep_alive, vec
+from .ir import F32T, I8, I16, I32, I64, Gen, i64_call, keep_alive, thread_count, vec
 from .quants import BLOCK_BYTES, JIT, Q4_K, row_bytes
 from .simd import HAS_AVX512BW, HAS_VNNI, _loop
 
-_ACT_CHUNK_BYTES = 256 * 1024   # tokens per pass over the row groups: their bytes stay in L2
+# A long batch runs in blocks that stay in L2: each thread takes its share of the row groups
+# in panels of ~_PANEL_BYTES of weights, and each panel the tokens in chunks of ~_ACT_CHUNK_BYTES
+# of activations (quants and aux rows), every group of the panel against one chunk before the
+# next. (A group against all the tokens before the next group re-read all the activations
+# from L3 once a group where they outgrew L2: gemma3's down projection at 512 tokens is 2 MB
+# of them; 1.07x on its matmuls, Sapphire Rapids, 2 threads.)
+_ACT_CHUNK_BYTES = 256 * 1024
+_PANEL_BYTES = 256 * 1024
 PREFETCH_TOKENS = 8             # the calls whose tiles prefetch (_tile's prefetch)
 # How far ahead those prefetch where they do (the 16-row Q8_0 copy and Q5_0_P16: 6 and ~10 of
 # their group blocks). One 262144x640 Q8_0_X16 matrix, one thread, CPU time, Sapphire Rapids:
@@ -170,7 +177,8 @@ def fold_k_chunks(g, v, ints, mins, d, dmin, acc, chunks):
 
 def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
     """kernel(w, R, C, xq, xd, xa, xf, T, out) as matmul's kernels, on a copy in `layout`:
-    prange over groups of `width` rows, each group's tokens in cache-sized chunks. With gemv_tile
+    one part a thread of the groups of `width` rows, each in panels of groups against chunks
+    of tokens (_PANEL_BYTES, _ACT_CHUNK_BYTES). With gemv_tile
     (Q4_K), the first tokens dots.gemm_tokens gives llama.cpp's repacked gemm take `tile`, the
     rest gemv_tile. (The aux functions are called as globals under a compile-time kind: a
     captured dispatcher would key numba's disk cache on a random id.)"""
@@ -190,17 +198,23 @@ def _kernel(layout, block_elems, aux_kind, tile, gemv_tile=None, width=8):
         dp, op = np.int64(xd.ctypes.data), np.int64(out.ctypes.data)
         xs, as_, ds, os = xq.strides[0], xf.strides[0], xd.strides[0], out.strides[0]
         chunk = max(1, _ACT_CHUNK_BYTES // max(2 * n_cols, 1))
-        for grp in numba.prange(n_rows // width):
-            wg, og = wp + grp * group_bytes, op + 4 * width * grp
-            for c0 in range(0, n_tokens, chunk):
-                c1 = min(n_tokens, c0 + chunk)
-                t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
-                if t1 > c0:
-                    tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
-                         t1 - c0, og + c0 * os, os)
-                if c1 > t1:
-                    gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
-                         c1 - t1, og + t1 * os, os)
+        n_groups = n_rows // width
+        panel = max(1, _PANEL_BYTES // group_bytes)
+        n_parts = min(thread_count(), n_groups)
+        for part in numba.prange(n_parts):
+            for p0 in range(n_groups * part // n_parts, n_groups * (part + 1) // n_parts, panel):
+                p1 = min(p0 + panel, n_groups * (part + 1) // n_parts)
+                for c0 in range(0, n_tokens, chunk):
+                    c1 = min(n_tokens, c0 + chunk)
+                    t1 = max(c0, min(c1, n_batch))     # [c0, t1) take `tile`, [t1, c1) the gemv's
+                    for grp in range(p0, p1):
+                        wg, og = wp + grp * group_bytes, op + 4 * width * grp
+                        if t1 > c0:
+                            tile(wg, n_blocks, xp + c0 * xs, xs, ap + c0 * as_, as_, dp + c0 * ds, ds,
+                                 t1 - c0, og + c0 * os, os)
+                        if c1 > t1:
+                            gemv(wg, n_blocks, xp + t1 * xs, xs, ap + t1 * as_, as_, dp + t1 * ds, ds,
+                                 c1 - t1, og + t1 * os, os)
         keep_alive(xf)
     FUSED[kernel] = _fused_kernel(layout, block_elems, aux_kind, tile, gemv_tile, width)
     return kernel

@@ -367,6 +367,25 @@ def test_copies_of_repacked_folds_multiply_bit_for_bit_alike(source, n_cols, cop
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("source", ["Q8_0", "Q4_K"])
+def test_a_long_batch_multiplies_alike_in_panels_and_chunks(source):
+    # 4096 columns: chunks of 32 tokens (the third holds Q4_K's switch from its gemm's tokens
+    # to its gemv's, at 68) and panels of a few groups, so each thread's share of the 7
+    # groups takes more than one panel, on one thread and on two
+    qtype = getattr(Q, source)
+    w, x = _case(qtype, n_rows=112, n_cols=4096, n_tokens=70, seed=11)
+    w = _without_minus_128(w) if qtype == Q.Q8_0 else w
+    ref, bufs = _ref(qtype, w, x)
+    threads = numba.get_num_threads()
+    try:
+        for n in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(n)
+            got = _multiply_copy(qtype, w, 112, 4096, bufs, 70, "x16")
+            np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32), f"{n} threads")
+    finally:
+        numba.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("step", [1, 3])
 def test_k_quant_copies_fold_alike_however_many_tokens_share_a_pass(step):
     # Q4_K's tile passes its gemm tokens `step` at a time, its gemv tokens one at a time
