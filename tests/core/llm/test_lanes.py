@@ -35,6 +35,16 @@ def test_a_quiet_machine_keeps_the_team_and_probes_ever_more_rarely():
     assert lanes.current == 2
 
 
+def test_a_clear_loss_leaves_the_team_alone_until_it_slows_down():
+    # one probe of the single thread in a tg128 (it lost by 1.75x), not one at each doubling
+    # gap; then the machine gets busy at step 300 and the team's own times call a probe
+    busy_from = 300
+    picked = drive(Lanes(2), lambda i, n: (0.008 if n == 2 else 0.014) if i < busy_from else
+                   (0.6 if n == 2 else 0.06), 320)
+    assert [i for i, n in enumerate(picked[:busy_from]) if n == 1] == [2, 2 + Lanes.PROBE_MAX]
+    assert picked[busy_from + Lanes.KEEP:].count(1) >= 20 - Lanes.KEEP - 1
+
+
 def test_the_team_comes_back_when_the_machine_frees_up():
     busy_until = 100
     picked = drive(Lanes(2), lambda i, n: (0.6 if n == 2 else 0.06) if i < busy_until else
