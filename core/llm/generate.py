@@ -61,7 +61,7 @@ def generate(model, ids, n_predict=-1, params=SamplerParams(), ignore_eos=False,
     start_at(model, ids, reuse_cache)
     t0 = time.perf_counter()
     fresh = ids[model.n_past:]
-    logits = model.eval(fresh)
+    logits = model.eval(fresh, copy=False)     # read (and masked) before the next step
     model.timings.prompt_tokens, model.timings.prompt_s = len(fresh), time.perf_counter() - t0
     model.timings.gen_tokens, model.timings.gen_s = 0, 0.0
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -94,7 +94,7 @@ def generate(model, ids, n_predict=-1, params=SamplerParams(), ignore_eos=False,
             break
         if n == n_predict or model.n_past >= model.n_ctx:
             break
-        logits = model.eval([token])
+        logits = model.eval([token], copy=False)
         model.timings.gen_tokens, model.timings.gen_s = n, time.perf_counter() - t1
     model.timings.gen_tokens, model.timings.gen_s = n, time.perf_counter() - t1
     tail = "" if reason == "stop" else decoder.decode(b"", final=True)

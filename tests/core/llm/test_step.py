@@ -150,3 +150,20 @@ def test_the_helper_stays_off_while_every_core_is_busy(monkeypatch):
         for p in busy:
             p.kill()
             p.wait()
+
+
+def test_eval_without_a_copy_gives_the_models_row_until_the_next_step(tiny_model):
+    # generate and bench read each row before the next step: no 1 MB copy a token there
+    model = Model(tiny_model("llama", "Q8_0"), n_ctx=64, n_threads=2, quiet=True)
+    copied = model.eval([1, 5, 9])
+    model.reset()
+    row = model.eval([1, 5, 9], copy=False)
+    assert np.array_equal(row, copied) and np.shares_memory(row, model.logits)
+    token = int(np.argmax(row))
+    model.reset()
+    model.eval([1, 5, 9])
+    after = model.eval([token])
+    model.reset()
+    model.eval([1, 5, 9], copy=False)
+    assert np.array_equal(model.eval([token], copy=False), after)
+    assert not np.array_equal(row, copied)      # the next step wrote over the first row
