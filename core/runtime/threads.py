@@ -149,8 +149,9 @@ class Lanes:
     it sooner: their median SLOWER above the one the last probe lost to (the machine got
     busy) probes at the next step. On one thread no such sign shows the machine freeing up,
     and the gap doubles as before.
-    Which thread computes which rows never changes a result (no kernel of the step reads the
-    live thread count; attention's split follows the model's n_threads, passed as before)."""
+    Which thread computes which rows never changes a result (a copy's prefill kernel splits its
+    row groups by the live thread count, and every row's arithmetic is the same whichever thread
+    runs it; attention's split follows the model's n_threads, passed as before)."""
 
     FIRST_PROBE = 3     # the first step on the other count: the third (two to compare it with)
     PROBE_FIRST = 8
