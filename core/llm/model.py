@@ -385,7 +385,7 @@ class Model:
         self._prepared = (max(n_tokens, ready), max(n_out, ready_out))
         self.net = fw.net_of(self.wbuf, wtab, self.cbuf, self._made, t.fbuf, t.ftab, t.shape,
                              t.layer_swa, t.layer_freq_base, ops.gelu_table())
-        self._team = Team.plan(self)
+        self._team = Team.plan(self) if self._team_on else None     # its plan and buffers only where it may run
 
     def _describe(self):
         return describe(self.gguf, self.family)
@@ -613,7 +613,7 @@ class Model:
         on all the model's threads, no trace, no M-RoPE tables, a model that has a Team, and a
         threading layer that gives each of the team's threads its own (known after the first
         parallel region: the prompt's step runs before), where DASLLAMA_TEAM=1 (team.enabled)."""
-        return (self._team_on and self._team is not None and chunk.size == 1 and lanes == self.n_threads and trace.shape[0] == 0
+        return (self._team is not None and chunk.size == 1 and lanes == self.n_threads and trace.shape[0] == 0
                 and rope.shape[1] == 0 and threading_allows())
 
     def new_trace(self, n_tokens):

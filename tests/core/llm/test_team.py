@@ -13,6 +13,12 @@ from tests import assets, gguf_factory
 pytestmark = pytest.mark.skipif(not rowgroups.HAS_X16, reason="the decode copies need AVX-512 VNNI")
 
 
+@pytest.fixture
+def team_on(monkeypatch):
+    """DASLLAMA_TEAM=1: a Model plans its Team (team.enabled) only where it may run it."""
+    monkeypatch.setenv("DASLLAMA_TEAM", "1")
+
+
 def _forward(model, token):
     model.step.forward(np.array([token], np.int64), model._no_embd, model.n_past, True, model.net,
                        model.kv.arrays, model.scratch, model.acts, 1, model.logits, model._no_trace,
@@ -44,7 +50,7 @@ def _same_steps(model, n_prompt, n_steps=3, seed=0):
 
 @pytest.mark.parametrize("arch, qtype", [("gemma3", "Q8_0"), ("gemma3", "Q4_K"), ("gemma3", "Q6_K"),
                                          ("qwen2", "Q5_0"), ("llama", "Q8_0"), ("gemma2", "Q8_0")])
-def test_the_team_step_is_forwards_bit_for_bit(tiny_model, arch, qtype):
+def test_the_team_step_is_forwards_bit_for_bit(tiny_model, team_on, arch, qtype):
     # gemma3: QK-norm, post-norms, sliding-window layers; qwen2: biases; llama: SwiGLU and an
     # untied output; gemma2: both soft-caps. Past 256 cells the global layers' attention takes
     # the split-KV jobs, the window ring's keeps the one chunk.
@@ -70,7 +76,7 @@ def _mixed(tmp_path_factory):
     return out
 
 
-def test_a_stage_of_mixed_formats_is_forwards_bit_for_bit(tmp_path_factory):
+def test_a_stage_of_mixed_formats_is_forwards_bit_for_bit(tmp_path_factory, team_on):
     model = Model(_mixed(tmp_path_factory), n_ctx=1024, n_threads=2, quiet=True)
     assert model._team is not None
     needs = model._team.needs
@@ -80,7 +86,7 @@ def test_a_stage_of_mixed_formats_is_forwards_bit_for_bit(tmp_path_factory):
     _same_steps(model, n_prompt=280)
 
 
-def test_a_model_whose_matrices_lack_rows_functions_keeps_forward(tiny_model):
+def test_a_model_whose_matrices_lack_rows_functions_keeps_forward(tiny_model, team_on):
     # phi3's fused QKV and gate-up weights, a model without copies, one thread
     assert Model(tiny_model("phi3", "Q8_0"), n_ctx=64, n_threads=2, quiet=True)._team is None
     assert Model(tiny_model("gemma3", "Q8_0"), n_ctx=64, n_threads=2, copies=False, quiet=True)._team is None
