@@ -70,6 +70,16 @@ def _inputs(xin, need, kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, 
 
 
 @per_formats()
+def _stage(t, n, flags_at, e, s, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf):
+    """Stage s of thread t of n, from barrier epoch e: wait for its inputs (thread 0's ops
+    before it), multiply thread t's share, wait for every thread's; returns the epoch reached."""
+    arrive_and_wait(flags_at, t, n, e + 1)
+    _share(t, s, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
+    arrive_and_wait(flags_at, t, n, e + 2)
+    return e + 2
+
+
+@per_formats()
 def _share(t, s, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf):
     """Thread t's row groups of stage s's matrices (split[i, t]: [g0, g1) of matrix i)."""
     for i in range(stage_first[s], stage_first[s + 1]):
@@ -105,11 +115,7 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa,
         if t == 0:
             rms_norm(x, _fvec(fbuf, ft[F_ATTN_NORM, il]), eps, xn)
             _inputs(xn, needs[s + ST_QKV], kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
-        _share(t, s + ST_QKV, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
+        e = _stage(t, n, flags_at, e, s + ST_QKV, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
         if layer_kv[il, 0] == 1:
             kc, vc, kp, cl = kc_swa[layer_kv[il, 1]], vc_swa[layer_kv[il, 1]], kpos_swa, cells_swa
         else:
@@ -146,33 +152,21 @@ def _team_body(t, n, flags_at, ii, ff, fbuf, ft, kc_all, vc_all, kc_swa, vc_swa,
         arrive_and_wait(flags_at, t, n, e)
         if t == 0:
             _inputs(att, needs[s + ST_O], kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
-        _share(t, s + ST_O, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
+        e = _stage(t, n, flags_at, e, s + ST_O, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
         if t == 0:
             if ft[F_ATTN_POST_NORM, il, 1] > 0:
                 rms_norm(ao, _fvec(fbuf, ft[F_ATTN_POST_NORM, il]), eps, ao)
             _add_residual(ao, x)
             rms_norm(x, _fvec(fbuf, ft[F_FFN_NORM, il]), eps, xn)
             _inputs(xn, needs[s + ST_GATE_UP], kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
-        _share(t, s + ST_GATE_UP, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
+        e = _stage(t, n, flags_at, e, s + ST_GATE_UP, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
         if t == 0:
             if ii[I_ACT] == ACT_GELU:
                 geglu(gate, up, gelu_tab, hid)
             else:
                 swiglu(gate, up, hid)
             _inputs(hid, needs[s + ST_DOWN], kinds, aux_slot, xq0, xd0, xa0, xf0, xq1, xd1, xa1, xf1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
-        _share(t, s + ST_DOWN, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
-        e += 1
-        arrive_and_wait(flags_at, t, n, e)
+        e = _stage(t, n, flags_at, e, s + ST_DOWN, mats, stage_first, split, xq0, xd0, xq1, xd1, aux_buf)
         if t == 0:
             if ft[F_FFN_POST_NORM, il, 1] > 0:
                 rms_norm(ao, _fvec(fbuf, ft[F_FFN_POST_NORM, il]), eps, ao)
