@@ -102,24 +102,36 @@ def emit_q8_0_block(g, halves, q_row, d_row, kb):
     b.store(b.fpext(b.fptrunc(d, ir.HalfType()), F32T), d_at).align = 4
 
 
-def _emit_quantize(b, args):
-    """The body of quantize_q8_0_rows' function."""
-    g = Gen(b)
-    x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows = args
-    x_p, q_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, xq, xd))
+def emit_q8_0_rows(g, inputs, q, q_rs, d, d_rs, n_kb, n_rows, halves_of):
+    """n_rows rows quantised as quantize_row_q8_0 quantises them, block by block in registers:
+    halves_of(row pointers, offsets) gives a block's 32 floats as two 16-lane vectors from the
+    row's pointer into each of `inputs` ((i8 pointer, row stride in bytes) pairs) and the byte
+    offsets of its halves in a float row; the quants go to q, the scales to d (emit_q8_0_block),
+    rows q_rs and d_rs bytes apart."""
+    b = g.b
 
     def row(t, acc):
-        x_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in ((x_p, x_rs), (q_p, xq_rs), (d_p, xd_rs)))
+        ins = [g.at(p, b.mul(t, rs)) for p, rs in inputs]
+        q_row, d_row = g.at(q, b.mul(t, q_rs)), g.at(d, b.mul(t, d_rs))
 
         def block(kb, acc):
-            halves = [g.load(x_row, b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)), V16F) for h in range(2)]
-            emit_q8_0_block(g, halves, q_row, d_row, kb)
+            offs = [b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)) for h in range(2)]
+            emit_q8_0_block(g, halves_of(ins, offs), q_row, d_row, kb)
             return acc
 
         _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
         return acc
 
     _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+
+
+def _emit_quantize(b, args):
+    """The body of quantize_q8_0_rows' function."""
+    g = Gen(b)
+    x, x_rs, xq, xq_rs, xd, xd_rs, n_kb, n_rows = args
+    x_p, q_p, d_p = (b.inttoptr(v, I8.as_pointer()) for v in (x, xq, xd))
+    emit_q8_0_rows(g, [(x_p, x_rs)], q_p, xq_rs, d_p, xd_rs, n_kb, n_rows,
+                   lambda ins, offs: [g.load(ins[0], o, V16F) for o in offs])
 
 
 @intrinsic

@@ -13,7 +13,7 @@ from llvmlite import ir
 from numba import njit, prange
 from numba.extending import intrinsic
 
-from .actq import PAR_ROWS, emit_q8_0_block
+from .actq import PAR_ROWS, emit_q8_0_rows
 from .quants import JIT
 from .cpu import probe
 from .ir import (F32T, HALF, I8, I16, I32, I64, Gen, add_u32, bits_f32, f32_bits, f32_to_f16, fma_f32, i64_call,
@@ -289,21 +289,9 @@ def _emit_geglu_q8_0(b, args):
     gate, g_rs, up, u_rs, xq, q_rs, xd, d_rs, table, n_kb, n_rows = args
     g_p, u_p, q_p, d_p, tab = (b.inttoptr(v, I8.as_pointer()) for v in (gate, up, xq, xd, table))
     v16f = vec(F32T, 16)
-
-    def row(t, acc):
-        g_row, u_row, q_row, d_row = (g.at(p, b.mul(t, rs)) for p, rs in
-                                      ((g_p, g_rs), (u_p, u_rs), (q_p, q_rs), (d_p, d_rs)))
-
-        def block(kb, acc):
-            offs = [b.add(b.mul(kb, g.c(I64, 128)), g.c(I64, 64 * h)) for h in range(2)]
-            halves = [_geglu_lanes(g, g.load(g_row, o, v16f), g.load(u_row, o, v16f), tab) for o in offs]
-            emit_q8_0_block(g, halves, q_row, d_row, kb)
-            return acc
-
-        _loop(g, g.c(I64, 0), n_kb, [g.c(I64, 0)], block)
-        return acc
-
-    _loop(g, g.c(I64, 0), n_rows, [g.c(I64, 0)], row)
+    emit_q8_0_rows(g, [(g_p, g_rs), (u_p, u_rs)], q_p, q_rs, d_p, d_rs, n_kb, n_rows,
+                   lambda ins, offs: [_geglu_lanes(g, g.load(ins[0], o, v16f), g.load(ins[1], o, v16f), tab)
+                                      for o in offs])
 
 
 @intrinsic
